@@ -1,0 +1,236 @@
+// FIEMAP import on real ext4, XFS and btrfs filesystems on real loop devices: the map of every
+// kind of file, read straight from the device, must equal what the filesystem returns.
+#include "storage/fiemap.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "storage/catalog.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/map_reader.h"
+
+namespace blockread::storage {
+namespace {
+
+using testing::FsType;
+using testing::LoopFilesystem;
+using testing::RandomBytes;
+using testing::ReadFileRange;
+using testing::ReadThroughMap;
+using testing::TempDir;
+using testing::WriteAt;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Every shape of file the importer must get right, written before the import.
+void WriteShapes(const std::string& root, uint64_t seed) {
+  auto check = [](absl::Status s) { ASSERT_TRUE(s.ok()) << s; };
+  // Sparse: data islands, holes between them and a trailing hole.
+  const std::string sparse = root + "/sparse";
+  check(WriteAt(sparse, 0, RandomBytes(64 * 1024, seed + 1), false));
+  check(WriteAt(sparse, kMiB + 4096, RandomBytes(128 * 1024, seed + 2), false));
+  check(WriteAt(sparse, 5 * kMiB + 512, RandomBytes(4096, seed + 3), true));
+  ASSERT_EQ(truncate(sparse.c_str(), 8 * kMiB + 100), 0);
+
+  // Unwritten: fallocated, partly written, plus preallocation beyond EOF.
+  const std::string unwritten = root + "/unwritten";
+  int fd = open(unwritten.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fallocate(fd, 0, 0, 4 * kMiB), 0);
+  ASSERT_EQ(fallocate(fd, FALLOC_FL_KEEP_SIZE, 4 * kMiB, kMiB), 0);
+  close(fd);
+  check(WriteAt(unwritten, kMiB, RandomBytes(64 * 1024, seed + 4), true));
+
+  // Fragmented: two files written interleaved in small synced chunks.
+  for (int i = 0; i < 96; ++i) {
+    check(WriteAt(root + "/frag_a", i * 16384, RandomBytes(16384, seed * 1000 + 2 * i), true));
+    check(WriteAt(root + "/frag_b", i * 16384, RandomBytes(16384, seed * 1000 + 2 * i + 1), true));
+  }
+
+  // Punched: every other 8 KiB punched out, so the map alternates extent and hole 128 times.
+  const std::string punched = root + "/punched";
+  check(WriteAt(punched, 0, RandomBytes(2 * kMiB, seed + 9), true));
+  fd = open(punched.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  for (uint64_t off = 8192; off < 2 * kMiB; off += 16384) {
+    ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, 8192), 0);
+  }
+  close(fd);
+
+  check(WriteAt(root + "/tiny", 0, RandomBytes(40, seed + 5), true));
+  check(WriteAt(root + "/tail", 0, RandomBytes(5000, seed + 6), true));
+  check(WriteAt(root + "/empty", 0, {}, true));
+  // Over 64 MiB, in chunks.
+  for (uint64_t off = 0; off < 80 * kMiB; off += 8 * kMiB) {
+    check(WriteAt(root + "/big", off, RandomBytes(8 * kMiB, seed + 100 + off), false));
+  }
+  check(WriteAt(root + "/big", 80 * kMiB, RandomBytes(777, seed + 7), true));
+  // Written and not synced: still in the page cache (delayed allocation) at import.
+  check(WriteAt(root + "/unsynced", 0, RandomBytes(kMiB + 123, seed + 8), false));
+}
+
+const std::vector<std::string> kShapes = {"sparse", "unwritten", "frag_a", "frag_b", "punched",
+                                          "tiny",   "tail",      "empty",  "big",    "unsynced"};
+
+// Reads `count` random ranges (and the edges) through the map and through the filesystem.
+void ExpectMapMatchesFilesystem(const Catalog& catalog, const FileMap& map,
+                                const std::string& path, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, map.size()}, {0, 1}, {map.size() > 0 ? map.size() - 1 : 0, 4096}};
+  for (int i = 0; i < count; ++i) {
+    const uint64_t offset = map.size() > 0 ? rng() % map.size() : 0;
+    const uint64_t length = 1 + (rng() % 2 == 0 ? rng() % 8192 : rng() % (512 * 1024));
+    ranges.emplace_back(offset, length);
+  }
+  for (auto [offset, length] : ranges) {
+    if (length > 16 * kMiB) length = 16 * kMiB;
+    auto expected = ReadFileRange(path, offset, length);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    auto actual = ReadThroughMap(catalog, map, offset, length);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ASSERT_EQ(actual->size(), expected->size()) << path << " at " << offset << "+" << length;
+    ASSERT_TRUE(*actual == *expected) << path << ": bytes differ in [" << offset << ", +"
+                                      << length << ")";
+  }
+}
+
+class FiemapImportTest : public ::testing::TestWithParam<FsType> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::LoopDevicesUnavailableReason().empty()) return;
+    dir_ = new TempDir();
+    for (FsType type : {FsType::kExt4, FsType::kXfs}) {
+      // ext4 with inline_data, so tiny files exercise the DATA_INLINE route.
+      auto fs = testing::MakeLoopFilesystem(type, dir_->path(), 512 * kMiB,
+                                            type == FsType::kExt4 ? "-O inline_data" : "");
+      ASSERT_TRUE(fs.ok()) << fs.status();
+      WriteShapes((*fs)->root(), static_cast<uint64_t>(type) + 1);
+      filesystems_[type] = std::move(*fs);
+    }
+  }
+  static void TearDownTestSuite() {
+    filesystems_.clear();
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+    ASSERT_TRUE(filesystems_.count(GetParam())) << "suite setup failed";
+  }
+  std::string Root() const { return filesystems_.at(GetParam())->root(); }
+
+  static TempDir* dir_;
+  static std::map<FsType, std::unique_ptr<LoopFilesystem>> filesystems_;
+};
+TempDir* FiemapImportTest::dir_ = nullptr;
+std::map<FsType, std::unique_ptr<LoopFilesystem>> FiemapImportTest::filesystems_;
+
+TEST_P(FiemapImportTest, EveryShapeReadsBackByteForByte) {
+  Catalog catalog;
+  for (const std::string& name : kShapes) {
+    ASSERT_TRUE(catalog.ImportFile(name, Root() + "/" + name).ok()) << name;
+  }
+  for (const std::string& name : kShapes) {
+    SCOPED_TRACE(name);
+    auto map = catalog.Resolve(name);
+    ASSERT_TRUE(map.ok()) << map.status();
+    const bool inline_tiny = GetParam() == FsType::kExt4 && name == "tiny";
+    EXPECT_EQ((*map)->source(), inline_tiny ? FileSource::kFileRoute : FileSource::kFiemap);
+    ExpectMapMatchesFilesystem(catalog, **map, Root() + "/" + name, 200, name.size());
+  }
+}
+
+TEST_P(FiemapImportTest, MapsHaveTheExpectedShape) {
+  Catalog catalog;
+  for (std::string name : {"sparse", "unwritten", "frag_a", "punched", "big", "unsynced"}) {
+    ASSERT_TRUE(catalog.ImportFile(name, Root() + "/" + name).ok()) << name;
+  }
+  auto count = [&](const std::string& name, ExtentType type) {
+    int n = 0;
+    for (const Extent& e : (*catalog.Resolve(name))->extents()) n += e.type == type;
+    return n;
+  };
+  // Sparse: three data islands, nothing stored for the holes.
+  EXPECT_EQ(count("sparse", ExtentType::kHole), 0);
+  EXPECT_GE(count("sparse", ExtentType::kMapped), 3);
+  EXPECT_EQ((*catalog.Resolve("sparse"))->Lookup(2 * kMiB).type, ExtentType::kHole);
+  // Fallocated ranges are UNWRITTEN around the written piece; nothing beyond EOF is kept.
+  EXPECT_GE(count("unwritten", ExtentType::kUnwritten), 2);
+  EXPECT_EQ((*catalog.Resolve("unwritten"))->Lookup(kMiB).type, ExtentType::kMapped);
+  EXPECT_LE((*catalog.Resolve("unwritten"))->extents().back().logical_end(), 4 * kMiB);
+  // Interleaved synced writes fragment the file (ext4's per-inode preallocation keeps it to a
+  // few extents; XFS gives many), and punching gives exactly one extent per remaining piece.
+  EXPECT_GT(count("frag_a", ExtentType::kMapped), 2);
+  EXPECT_EQ(count("punched", ExtentType::kMapped), 128);
+  // Delayed allocation was flushed by FIEMAP_FLAG_SYNC: all of it is mapped.
+  EXPECT_EQ(count("unsynced", ExtentType::kUnwritten), 0);
+  EXPECT_EQ((*catalog.Resolve("big"))->size(), 80 * kMiB + 777);
+  // All share one device: the filesystem's disk.
+  EXPECT_EQ(catalog.device_count(), 1u);
+  EXPECT_EQ(catalog.device(0).path(), filesystems_.at(GetParam())->device->path());
+}
+
+TEST_P(FiemapImportTest, ImportTreeNamesFilesRelativeToTheRoot) {
+  ASSERT_EQ(mkdir((Root() + "/dir").c_str(), 0755) == 0 || errno == EEXIST, true);
+  ASSERT_EQ(mkdir((Root() + "/dir/sub").c_str(), 0755) == 0 || errno == EEXIST, true);
+  ASSERT_TRUE(WriteAt(Root() + "/dir/one", 0, RandomBytes(8192, 1), true).ok());
+  ASSERT_TRUE(WriteAt(Root() + "/dir/sub/two", 0, RandomBytes(9000, 2), true).ok());
+  Catalog catalog;
+  auto added = catalog.ImportTree(Root() + "/dir");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(*added, 2u);
+  EXPECT_EQ(catalog.FileNames(), (std::vector<std::string>{"one", "sub/two"}));
+  auto single = Catalog().ImportTree(Root() + "/dir/sub/two");
+  EXPECT_TRUE(single.ok()) << single.status();
+  auto missing = Catalog().ImportTree(Root() + "/nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(FiemapImportTest, NotARegularFile) {
+  auto result = MapFileExtents(Root());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_NE(result.status().message().find("is not a regular file"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Filesystems, FiemapImportTest,
+                         ::testing::Values(FsType::kExt4, FsType::kXfs),
+                         [](const auto& info) { return testing::FsTypeName(info.param); });
+
+// btrfs reports logical addresses in FIEMAP; such files must take the file route and still read
+// right. Also the route for files on a filesystem without a block device (tmpfs).
+TEST(FileRouteTest, BtrfsAndTmpfsFilesAreServedThroughTheFile) {
+  if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  if (!testing::RunCommand("command -v mkfs.btrfs").ok()) {
+    GTEST_SKIP() << "mkfs.btrfs is not installed (tests/run.sh installs btrfs-progs)";
+  }
+  TempDir dir;
+  auto btrfs = testing::MakeLoopFilesystem(FsType::kBtrfs, dir.path(), 512 * kMiB);
+  ASSERT_TRUE(btrfs.ok()) << btrfs.status();
+  const std::string path = (*btrfs)->root() + "/data";
+  ASSERT_TRUE(WriteAt(path, 0, RandomBytes(3 * kMiB + 17, 9), false).ok());
+  ASSERT_TRUE(WriteAt(path, 5 * kMiB, RandomBytes(4096, 10), true).ok());
+
+  auto mapped = MapFileExtents(path);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_NE(mapped->file_route_reason.find("btrfs"), std::string::npos)
+      << mapped->file_route_reason;
+
+  Catalog catalog;
+  ASSERT_TRUE(catalog.ImportFile("data", path).ok());
+  auto map = catalog.Resolve("data");
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ((*map)->source(), FileSource::kFileRoute);
+  EXPECT_EQ(catalog.device((*map)->extents()[0].device).kind(), DeviceKind::kFileRoute);
+  ExpectMapMatchesFilesystem(catalog, **map, path, 100, 3);
+}
+
+}  // namespace
+}  // namespace blockread::storage

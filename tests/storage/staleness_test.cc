@@ -1,0 +1,130 @@
+// A FIEMAP-imported file that changes after import is never served stale: Resolve() re-imports it
+// (or fails saying why), and the new map reads the new bytes straight from the device.
+#include <stdio.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "storage/catalog.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/map_reader.h"
+
+namespace blockread::storage {
+namespace {
+
+using testing::FsType;
+using testing::RandomBytes;
+using testing::ReadFileRange;
+using testing::ReadThroughMap;
+using testing::TempDir;
+using testing::WriteAt;
+
+class StalenessTest : public ::testing::TestWithParam<FsType> {
+ protected:
+  void SetUp() override {
+    if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+    auto fs = testing::MakeLoopFilesystem(GetParam(), dir_.path(), 512 << 20);
+    ASSERT_TRUE(fs.ok()) << fs.status();
+    fs_ = *std::move(fs);
+    path_ = fs_->root() + "/file";
+    ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(256 * 1024, 1), true).ok());
+    ASSERT_TRUE(catalog_.ImportFile("file", path_).ok());
+  }
+
+  // The whole file through a fresh Resolve(), which must equal the filesystem's view.
+  void ExpectServedBytesAreCurrent() {
+    auto map = catalog_.Resolve("file");
+    ASSERT_TRUE(map.ok()) << map.status();
+    // One byte more than the map's size, so a map that is too short or too long shows.
+    auto expected = ReadFileRange(path_, 0, (*map)->size() + 1);
+    ASSERT_TRUE(expected.ok());
+    auto actual = ReadThroughMap(catalog_, **map, 0, (*map)->size() + 1);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ASSERT_EQ(actual->size(), expected->size());
+    EXPECT_TRUE(*actual == *expected) << "served bytes are stale";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<testing::LoopFilesystem> fs_;
+  std::string path_;
+  Catalog catalog_;
+};
+
+TEST_P(StalenessTest, RewrittenInPlaceWithoutSync) {
+  ExpectServedBytesAreCurrent();
+  // Not synced: the new bytes are only in the page cache until the re-import flushes them.
+  ASSERT_TRUE(WriteAt(path_, 4096, RandomBytes(8192, 2), false).ok());
+  ExpectServedBytesAreCurrent();
+  // Twice in a row, quickly: timestamps must still tell the versions apart.
+  ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(4096, 3), false).ok());
+  ExpectServedBytesAreCurrent();
+  ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(4096, 4), false).ok());
+  ExpectServedBytesAreCurrent();
+}
+
+TEST_P(StalenessTest, GrownAndTruncated) {
+  ASSERT_TRUE(WriteAt(path_, 256 * 1024, RandomBytes(100000, 5), false).ok());
+  ExpectServedBytesAreCurrent();
+  EXPECT_EQ((*catalog_.Resolve("file"))->size(), 256u * 1024 + 100000);
+  ASSERT_EQ(truncate(path_.c_str(), 5000), 0);
+  ExpectServedBytesAreCurrent();
+  EXPECT_EQ((*catalog_.Resolve("file"))->size(), 5000u);
+}
+
+TEST_P(StalenessTest, ReplacedByRename) {
+  const std::string replacement = fs_->root() + "/replacement";
+  ASSERT_TRUE(WriteAt(replacement, 0, RandomBytes(300 * 1024, 6), false).ok());
+  ASSERT_EQ(rename(replacement.c_str(), path_.c_str()), 0);
+  ExpectServedBytesAreCurrent();
+}
+
+TEST_P(StalenessTest, RemovedFileIsNotFound) {
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  auto map = catalog_.Resolve("file");
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(map.status().message().find("was removed since it was imported"), std::string::npos)
+      << map.status();
+}
+
+TEST_P(StalenessTest, UnknownFileIsNotFound) {
+  auto map = catalog_.Resolve("nope");
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(map.status().message().find("unknown file 'nope'"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Filesystems, StalenessTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
+                         [](const auto& info) { return testing::FsTypeName(info.param); });
+
+// A file served through itself (here: on tmpfs, which has no block device) follows in-place
+// changes, and refuses to serve a replacement it cannot reach.
+TEST(FileRouteStalenessTest, InPlaceChangesFollowReplacementFails) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  TempDir dir;
+  ASSERT_EQ(testing::RunCommand("mount -t tmpfs tmpfs " + dir.path()).ok(), true);
+  const std::string path = dir.path() + "/file";
+  ASSERT_TRUE(WriteAt(path, 0, RandomBytes(10000, 1), false).ok());
+  Catalog catalog;
+  ASSERT_TRUE(catalog.ImportFile("file", path).ok());
+  ASSERT_EQ((*catalog.Resolve("file"))->source(), FileSource::kFileRoute);
+
+  ASSERT_TRUE(WriteAt(path, 10000, RandomBytes(5000, 2), false).ok());
+  auto map = catalog.Resolve("file");
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ((*map)->size(), 15000u);
+  auto bytes = ReadThroughMap(catalog, **map, 0, 1 << 20);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_TRUE(*bytes == *ReadFileRange(path, 0, 1 << 20));
+
+  const std::string replacement = dir.path() + "/new";
+  ASSERT_TRUE(WriteAt(replacement, 0, RandomBytes(10000, 3), false).ok());
+  ASSERT_EQ(rename(replacement.c_str(), path.c_str()), 0);
+  map = catalog.Resolve("file");
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(map.status().message().find("was replaced since it was imported"), std::string::npos)
+      << map.status();
+  testing::RunCommand("umount -l " + dir.path()).IgnoreError();
+}
+
+}  // namespace
+}  // namespace blockread::storage
