@@ -9,7 +9,7 @@ packages=(
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler liburing-dev libabsl-dev
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference
-  libgtest-dev libgmock-dev util-linux mount e2fsprogs xfsprogs btrfs-progs fio
+  libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio
 )
 
 missing=()

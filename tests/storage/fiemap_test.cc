@@ -3,6 +3,7 @@
 #include "storage/fiemap.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -230,6 +231,46 @@ TEST(FileRouteTest, BtrfsAndTmpfsFilesAreServedThroughTheFile) {
   EXPECT_EQ((*map)->source(), FileSource::kFileRoute);
   EXPECT_EQ(catalog.device((*map)->extents()[0].device).kind(), DeviceKind::kFileRoute);
   ExpectMapMatchesFilesystem(catalog, **map, path, 100, 3);
+}
+
+// A filesystem on a partition: FIEMAP offsets are relative to the partition, so the importer must
+// open the whole disk and add the partition start.
+TEST(PartitionTest, ExtentsOnAPartitionAreOffsetByItsStart) {
+  if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  if (!testing::RunCommand("command -v sfdisk && command -v partx").ok()) {
+    GTEST_SKIP() << "sfdisk/partx are not installed (tests/run.sh installs fdisk)";
+  }
+  TempDir dir;
+  auto disk = testing::LoopDevice::Create(dir.path() + "/disk.img", 512 * kMiB);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  const std::string disk_path = (*disk)->path();
+  // One partition starting at sector 6144 (3 MiB), added to the kernel with partx.
+  ASSERT_TRUE(testing::RunCommand("echo 'start=6144, type=83' | sfdisk -q " + disk_path).ok());
+  ASSERT_TRUE(testing::RunCommand("partx -a " + disk_path).ok());
+  const std::string partition = disk_path + "p1";
+  auto fs = testing::MountedFilesystem::Create(FsType::kExt4, partition, dir.path() + "/mnt");
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  const std::string path = (*fs)->mount_point() + "/data";
+  ASSERT_TRUE(WriteAt(path, 0, RandomBytes(3 * kMiB + 5, 11), true).ok());
+
+  auto location = LocateOnDisk([&] {
+    struct stat st;
+    stat(path.c_str(), &st);
+    return st.st_dev;
+  }());
+  ASSERT_TRUE(location.ok()) << location.status();
+  EXPECT_EQ(location->partition_start_bytes, 6144u * 512);
+  EXPECT_EQ(location->disk_path, disk_path);
+
+  Catalog catalog;
+  ASSERT_TRUE(catalog.ImportFile("data", path).ok());
+  auto map = catalog.Resolve("data");
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ((*map)->source(), FileSource::kFiemap);
+  EXPECT_EQ(catalog.device((*map)->extents()[0].device).path(), disk_path);
+  ExpectMapMatchesFilesystem(catalog, **map, path, 100, 5);
+  fs->reset();
+  testing::RunCommand("partx -d " + disk_path).IgnoreError();
 }
 
 }  // namespace
