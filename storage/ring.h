@@ -1,0 +1,104 @@
+// One io_uring owned by one worker thread, in one of two poll modes (see PollMode).
+#ifndef BLOCKREAD_STORAGE_RING_H_
+#define BLOCKREAD_STORAGE_RING_H_
+
+#include <liburing.h>
+#include <sys/uio.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "storage/stats.h"
+
+namespace blockread::storage {
+
+// Threading: create, use and destroy on one thread (IORING_SETUP_SINGLE_ISSUER ties the ring to
+// the thread that creates it).
+class Ring {
+ public:
+  struct Options {
+    unsigned sq_entries = 256;
+    unsigned cq_entries = 4096;  // room for every read in flight, so the CQ never overflows
+    PollMode mode = PollMode::kInterrupt;
+  };
+
+  // Sets the ring up. kInterrupt rings use SINGLE_ISSUER | COOP_TASKRUN | TASKRUN_FLAG: the kernel
+  // does not interrupt the spinning worker to post completions, it raises a flag in shared memory
+  // instead, and Reap() enters the kernel only when that flag is up. kIoPoll rings use
+  // IORING_SETUP_IOPOLL. When io_uring is unusable (kernel.io_uring_disabled, a seccomp profile,
+  // an old kernel) the error says exactly that.
+  static absl::StatusOr<std::unique_ptr<Ring>> Create(const Options& options);
+  ~Ring();
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  // Registers device descriptors (index = DeviceId; -1 leaves a slot empty) and I/O buffers.
+  // A buffer registration refused for RLIMIT_MEMLOCK says so, with the limit and the bytes asked.
+  absl::Status RegisterFiles(const std::vector<int>& fds);
+  absl::Status RegisterBuffers(const std::vector<iovec>& buffers);
+
+  // Queues a READ_FIXED of `length` bytes at `offset` of registered file `file_index` into
+  // `buffer` (inside registered buffer `buffer_index`); `user_data` comes back in the CQE. Not
+  // submitted until Submit(); if the SQ is full the queued SQEs are submitted first.
+  // Returns false only if the kernel refused that submission.
+  bool QueueRead(int file_index, void* buffer, unsigned length, uint64_t offset, int buffer_index,
+                 uint64_t user_data) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      if (io_uring_submit(&ring_) < 0) return false;
+      sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) return false;
+    }
+    io_uring_prep_read_fixed(sqe, file_index, buffer, length, offset, buffer_index);
+    sqe->flags |= IOSQE_FIXED_FILE;
+    io_uring_sqe_set_data64(sqe, user_data);
+    ++inflight_;
+    return true;
+  }
+
+  // Submits everything queued with one io_uring_enter (nothing if nothing is queued).
+  // Returns the number submitted or a negative errno.
+  int Submit() { return io_uring_sq_ready(&ring_) == 0 ? 0 : io_uring_submit(&ring_); }
+
+  // Calls on_cqe(user_data, res) for every completion available now, without blocking.
+  // Interrupt mode: reads the CQ ring from user memory; enters the kernel only when the kernel has
+  // flagged pending completion work (TASKRUN/overflow). IOPOLL mode: polls the device once
+  // through io_uring_enter(GETEVENTS) when the CQ ring is empty and reads are in flight.
+  template <typename OnCqe>
+  unsigned Reap(OnCqe&& on_cqe) {
+    if (inflight_ == 0) return 0;
+    if (mode_ == PollMode::kIoPoll && io_uring_cq_ready(&ring_) == 0) io_uring_get_events(&ring_);
+    io_uring_cqe* cqes[64];
+    unsigned total = 0;
+    for (;;) {
+      const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+      for (unsigned i = 0; i < n; ++i) on_cqe(cqes[i]->user_data, cqes[i]->res);
+      io_uring_cq_advance(&ring_, n);
+      inflight_ -= n;
+      total += n;
+      if (n < 64) return total;
+    }
+  }
+
+  // Blocks until at least one completion is available (used to drain at shutdown).
+  void WaitForCompletion() {
+    io_uring_cqe* cqe = nullptr;
+    if (inflight_ > 0) io_uring_wait_cqe(&ring_, &cqe);
+  }
+
+  PollMode mode() const { return mode_; }
+  // Reads queued or submitted whose completion has not been reaped.
+  unsigned inflight() const { return inflight_; }
+
+ private:
+  Ring() = default;
+  io_uring ring_{};
+  bool initialized_ = false;
+  PollMode mode_ = PollMode::kInterrupt;
+  unsigned inflight_ = 0;
+};
+
+}  // namespace blockread::storage
+
+#endif  // BLOCKREAD_STORAGE_RING_H_
