@@ -1,0 +1,352 @@
+// The read paths on real loop devices with real ext4 and XFS files: thousands of random reads,
+// aligned and not, small and large, across extents, holes and EOF, byte for byte against pread
+// through the filesystem; which path served each read, and why it fell back.
+#include "storage/read_path.h"
+
+#include <map>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "storage/catalog.h"
+#include "tests/support/engine_driver.h"
+#include "tests/support/file_shapes.h"
+#include "tests/support/loop_device.h"
+
+namespace blockread::storage {
+namespace {
+
+using testing::CompletedRead;
+using testing::FsType;
+using testing::ReadOnce;
+using testing::ReadRequest;
+using testing::RunReads;
+using testing::TempDir;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// The test's own statement of the simple path's rule, worked out from the stored extents.
+std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offset,
+                                               uint64_t length, uint64_t simple_max_bytes) {
+  if (offset >= map.size()) return FallbackReason::kBeyondEof;
+  if (simple_max_bytes == 0) return FallbackReason::kDisabled;
+  if (length > simple_max_bytes) return FallbackReason::kTooLarge;
+  if (map.source() == FileSource::kFileRoute) return FallbackReason::kFileRoute;
+  if (offset % map.block_size() != 0 || length % map.block_size() != 0) {
+    return FallbackReason::kUnaligned;
+  }
+  if (offset + length > map.size()) return FallbackReason::kBeyondEof;
+  for (const Extent& e : map.extents()) {
+    if (e.logical_offset <= offset && offset < e.logical_end()) {
+      if (e.type != ExtentType::kMapped) return FallbackReason::kNotMapped;
+      if (offset + length > e.logical_end()) return FallbackReason::kSpansExtents;
+      return std::nullopt;
+    }
+  }
+  return FallbackReason::kNotMapped;  // a hole between stored extents
+}
+
+// A mix of reads over `map`: simple-sized aligned ones, ones straddling extent boundaries,
+// unaligned small ones, large ones, ones across EOF.
+std::vector<ReadRequest> RandomReads(const FileMap& map, int count, std::mt19937_64& rng) {
+  std::vector<ReadRequest> reads;
+  const uint64_t size = map.size();
+  const uint64_t block = map.block_size();
+  if (size == 0) {
+    reads.push_back({map.name(), 0, 4096});
+    return reads;
+  }
+  for (int i = 0; i < count; ++i) {
+    ReadRequest r{map.name(), 0, 0};
+    switch (rng() % 6) {
+      case 0:
+      case 1:  // aligned 4 KiB: the simple path's case
+        r.offset = (rng() % size) / block * block;
+        r.length = 4096;
+        break;
+      case 2: {  // straddling the end of a stored extent
+        if (map.extents().empty()) continue;
+        const Extent& e = map.extents()[rng() % map.extents().size()];
+        r.offset = e.logical_end() >= block ? e.logical_end() - block : 0;
+        r.length = 4096;
+        break;
+      }
+      case 3:  // unaligned and small
+        r.offset = rng() % size;
+        r.length = 1 + rng() % 8192;
+        break;
+      case 4:  // large
+        r.offset = rng() % size;
+        r.length = 1 + rng() % kMiB;
+        break;
+      case 5:  // across or at EOF
+        r.offset = size - std::min<uint64_t>(size, rng() % 8192);
+        r.length = 1 + rng() % 16384;
+        break;
+    }
+    reads.push_back(r);
+  }
+  return reads;
+}
+
+class ReadPathTest : public ::testing::TestWithParam<FsType> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::LoopDevicesUnavailableReason().empty()) return;
+    dir_ = new TempDir();
+    for (FsType type : {FsType::kExt4, FsType::kXfs}) {
+      auto fs = testing::MakeLoopFilesystem(type, dir_->path(), 512 * kMiB,
+                                            type == FsType::kExt4 ? "-O inline_data" : "");
+      ASSERT_TRUE(fs.ok()) << fs.status();
+      testing::WriteShapes((*fs)->root(), static_cast<uint64_t>(type) + 11);
+      filesystems_[type] = *std::move(fs);
+    }
+  }
+  static void TearDownTestSuite() {
+    filesystems_.clear();
+    delete dir_;
+  }
+  void SetUp() override {
+    if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+    ASSERT_TRUE(filesystems_.count(GetParam())) << "suite setup failed";
+    root_ = filesystems_.at(GetParam())->root();
+    for (const std::string& name : testing::kShapes) {
+      ASSERT_TRUE(catalog_.ImportFile(name, root_ + "/" + name).ok()) << name;
+    }
+  }
+  std::unique_ptr<EngineContext> MakeEngine(EngineConfig config = EngineConfig()) {
+    auto engine = EngineContext::Create(catalog_, config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? *std::move(engine) : nullptr;
+  }
+
+  // Runs the random mix over every shape; checks bytes, path and fallback of each read and that
+  // the stats count exactly those. Returns the reads' data, in order.
+  std::vector<std::vector<char>> RunMixAndCheck(EngineContext& engine, uint64_t simple_max_bytes,
+                                                int queue_depth) {
+    std::mt19937_64 rng(1234);
+    std::vector<ReadRequest> reads;
+    for (const std::string& name : testing::kShapes) {
+      auto more = RandomReads(**catalog_.Resolve(name), 300, rng);
+      reads.insert(reads.end(), more.begin(), more.end());
+    }
+    std::vector<CompletedRead> results = RunReads(engine, reads, queue_depth);
+    std::array<uint64_t, kFallbackReasonCount> expected_fallbacks{};
+    uint64_t expected_simple = 0;
+    std::vector<std::vector<char>> data;
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const ReadRequest& r = reads[i];
+      const CompletedRead& got = results[i];
+      SCOPED_TRACE(absl::StrCat(r.file, " at ", r.offset, " +", r.length));
+      const FileMap& map = **catalog_.Resolve(r.file);
+      if (r.offset > map.size()) {
+        EXPECT_EQ(got.status.code(), absl::StatusCode::kOutOfRange);
+        data.emplace_back();
+        continue;
+      }
+      EXPECT_TRUE(got.status.ok()) << got.status;
+      auto expected = testing::ReadFileRange(root_ + "/" + r.file, r.offset, r.length);
+      EXPECT_TRUE(expected.ok());
+      EXPECT_EQ(got.data.size(), expected->size());
+      EXPECT_TRUE(got.data == *expected) << "bytes differ";
+      const std::optional<FallbackReason> fallback =
+          ExpectedFallback(map, r.offset, r.length, simple_max_bytes);
+      if (fallback) {
+        EXPECT_EQ(got.path, ReadPathKind::kGeneric);
+        EXPECT_EQ(got.fallback, *fallback)
+            << FallbackReasonName(got.fallback) << " vs " << FallbackReasonName(*fallback);
+        ++expected_fallbacks[static_cast<int>(*fallback)];
+      } else {
+        EXPECT_EQ(got.path, ReadPathKind::kSimple);
+        ++expected_simple;
+      }
+      data.push_back(got.data);
+    }
+    StatsSnapshot stats;
+    stats.Add(engine.stats());
+    EXPECT_EQ(stats.path(ReadPathKind::kSimple).requests, expected_simple);
+    uint64_t generic = 0;
+    for (int r = 0; r < kFallbackReasonCount; ++r) {
+      EXPECT_EQ(stats.fallbacks[r], expected_fallbacks[r])
+          << FallbackReasonName(static_cast<FallbackReason>(r));
+      generic += expected_fallbacks[r];
+    }
+    EXPECT_EQ(stats.path(ReadPathKind::kGeneric).requests, generic);
+    EXPECT_EQ(stats.path(ReadPathKind::kSimple).errors + stats.path(ReadPathKind::kGeneric).errors,
+              0u);
+    return data;
+  }
+
+  static TempDir* dir_;
+  static std::map<FsType, std::unique_ptr<testing::LoopFilesystem>> filesystems_;
+  std::string root_;
+  Catalog catalog_;
+};
+TempDir* ReadPathTest::dir_ = nullptr;
+std::map<FsType, std::unique_ptr<testing::LoopFilesystem>> ReadPathTest::filesystems_;
+
+TEST_P(ReadPathTest, RandomReadsMatchTheFilesystemOnBothPaths) {
+  auto engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::vector<char>> with_simple = RunMixAndCheck(*engine, 4096, 32);
+  StatsSnapshot stats;
+  stats.Add(engine->stats());
+  // The mix must really exercise both paths and every fallback the shapes allow.
+  EXPECT_GT(stats.path(ReadPathKind::kSimple).requests, 300u);
+  for (FallbackReason reason : {FallbackReason::kTooLarge, FallbackReason::kUnaligned,
+                                FallbackReason::kBeyondEof, FallbackReason::kNotMapped,
+                                FallbackReason::kSpansExtents}) {
+    EXPECT_GT(stats.fallback(reason), 0u) << FallbackReasonName(reason);
+  }
+  if (GetParam() == FsType::kExt4) {
+    EXPECT_GT(stats.fallback(FallbackReason::kFileRoute), 0u);  // the inline-data file
+  }
+
+  // simple=0: the same reads, all generic (reason "disabled"), the same bytes.
+  EngineConfig disabled;
+  disabled.simple_max_bytes = 0;
+  auto generic_only = MakeEngine(disabled);
+  ASSERT_NE(generic_only, nullptr);
+  std::vector<std::vector<char>> without_simple = RunMixAndCheck(*generic_only, 0, 32);
+  EXPECT_TRUE(with_simple == without_simple);
+  StatsSnapshot generic_stats;
+  generic_stats.Add(generic_only->stats());
+  EXPECT_EQ(generic_stats.path(ReadPathKind::kSimple).requests, 0u);
+}
+
+TEST_P(ReadPathTest, QueueDepthOneAndSmallGenericPool) {
+  EngineConfig config;
+  config.generic_slots = 1;
+  config.simple_slots = 1;
+  auto engine = MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  RunMixAndCheck(*engine, 4096, 1);
+}
+
+TEST_P(ReadPathTest, BadRequestsAreRefusedWithTheRightCode) {
+  auto engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  auto refused = [&](const std::string& file, uint64_t offset, uint64_t length,
+                     absl::StatusCode code, const std::string& message) {
+    CompletedRead read = ReadOnce(*engine, file, offset, length);
+    EXPECT_FALSE(read.started);
+    EXPECT_EQ(read.status.code(), code) << read.status;
+    EXPECT_NE(read.status.message().find(message), std::string::npos) << read.status;
+  };
+  refused("nope", 0, 4096, absl::StatusCode::kNotFound, "unknown file 'nope'");
+  refused("tail", 5001, 1, absl::StatusCode::kOutOfRange, "beyond the end of file tail (5000 bytes)");
+  refused("tail", 0, 0, absl::StatusCode::kInvalidArgument, "length must be greater than 0");
+  refused("tail", 0, 2 * kMiB, absl::StatusCode::kInvalidArgument, "max_read_bytes = 1048576");
+  refused("tail", UINT64_MAX - 10, 100, absl::StatusCode::kInvalidArgument, "overflows");
+
+  // At EOF: zero bytes, like pread. Across EOF: short.
+  CompletedRead at_eof = ReadOnce(*engine, "tail", 5000, 100);
+  EXPECT_TRUE(at_eof.status.ok()) << at_eof.status;
+  EXPECT_EQ(at_eof.data.size(), 0u);
+  CompletedRead across = ReadOnce(*engine, "tail", 4096, 4096);
+  EXPECT_TRUE(across.status.ok()) << across.status;
+  EXPECT_EQ(across.data.size(), 5000u - 4096);
+  EXPECT_EQ(across.fallback, FallbackReason::kBeyondEof);
+}
+
+TEST_P(ReadPathTest, BusySlotsAreResourceExhaustedNotErrors) {
+  EngineConfig config;
+  config.simple_slots = 2;
+  auto engine = MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  int done = 0;
+  auto count = [](void* context, const ReadResult& result) {
+    EXPECT_TRUE(result.status.ok()) << result.status;
+    ++*static_cast<int*>(context);
+    return false;
+  };
+  ASSERT_TRUE(engine->StartRead("big", 0, 4096, count, &done).ok());
+  ASSERT_TRUE(engine->StartRead("big", 4096, 4096, count, &done).ok());
+  absl::Status third = engine->StartRead("big", 8192, 4096, count, &done);
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  while (engine->reads_in_flight() > 0) engine->PollOnce();
+  EXPECT_EQ(done, 2);
+  EXPECT_TRUE(engine->StartRead("big", 8192, 4096, count, &done).ok());
+}
+
+TEST_P(ReadPathTest, RetainedBufferStaysValidUntilReleased) {
+  auto engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  struct Kept {
+    ReadResult result;
+    bool done = false;
+  } kept;
+  auto keep = [](void* context, const ReadResult& result) {
+    auto* k = static_cast<Kept*>(context);
+    k->result = result;
+    k->done = true;
+    return true;
+  };
+  ASSERT_TRUE(engine->StartRead("big", 65536, 4096, keep, &kept).ok());
+  while (!kept.done) engine->PollOnce();
+  const std::vector<char> copy(kept.result.data, kept.result.data + kept.result.length);
+  // More reads meanwhile must not reuse the kept buffer.
+  testing::RunReads(*engine, {{"big", 0, 4096}, {"big", 8192, 4096}, {"big", 12288, 4096}}, 3);
+  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), kept.result.data));
+  EXPECT_TRUE(copy == *testing::ReadFileRange(root_ + "/big", 65536, 4096));
+  engine->Release(kept.result.handle);
+}
+
+TEST_P(ReadPathTest, IoPollProbeDemotesDevicesWithoutPollQueues) {
+  // Loop devices have no poll queues: the IOPOLL probe read fails (EOPNOTSUPP) and the device is
+  // demoted to interrupt mode; reads still work.
+  EngineConfig config;
+  config.probe_iopoll_on_all_devices = true;
+  auto engine = MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
+    EXPECT_EQ(engine->poll_mode(id), PollMode::kInterrupt) << catalog_.device(id).path();
+  }
+  StatsSnapshot stats;
+  stats.Add(engine->stats());
+  EXPECT_EQ(stats.devices[0].workers_by_poll_mode[0], 1u);
+  CompletedRead read = ReadOnce(*engine, "big", 0, 4096);
+  EXPECT_TRUE(read.status.ok()) << read.status;
+  EXPECT_TRUE(read.data == *testing::ReadFileRange(root_ + "/big", 0, 4096));
+}
+
+INSTANTIATE_TEST_SUITE_P(Filesystems, ReadPathTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
+                         [](const auto& info) { return testing::FsTypeName(info.param); });
+
+// A regular file used as the device (the embedded default), served whole: no root needed.
+TEST(WholeDeviceReadTest, RegularFileAsDevice) {
+  TempDir dir;
+  const std::string path = dir.path() + "/disk.img";
+  const std::vector<char> bytes = testing::RandomBytes(8 * kMiB, 3);
+  ASSERT_TRUE(testing::WriteAt(path, 0, bytes, true).ok());
+  Catalog catalog;
+  ASSERT_TRUE(catalog.AddWholeDevice("disk", path).ok());
+  auto engine = EngineContext::Create(catalog, EngineConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::mt19937_64 rng(5);
+  std::vector<ReadRequest> reads;
+  for (int i = 0; i < 2000; ++i) {
+    const bool small = rng() % 2 == 0;
+    const uint64_t offset = small ? (rng() % (8 * kMiB)) / 4096 * 4096 : rng() % (8 * kMiB);
+    reads.push_back({"disk", offset, small ? 4096 : 1 + rng() % (256 * 1024)});
+  }
+  std::vector<CompletedRead> results = RunReads(**engine, reads, 64);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status;
+    const uint64_t expected_length = std::min(reads[i].length, 8 * kMiB - reads[i].offset);
+    ASSERT_EQ(results[i].data.size(), expected_length);
+    ASSERT_TRUE(std::equal(results[i].data.begin(), results[i].data.end(),
+                           bytes.begin() + static_cast<ptrdiff_t>(reads[i].offset)))
+        << "at " << reads[i].offset;
+  }
+  StatsSnapshot stats;
+  stats.Add((*engine)->stats());
+  EXPECT_GT(stats.path(ReadPathKind::kSimple).requests, 800u);
+  EXPECT_GT(stats.path(ReadPathKind::kGeneric).requests, 800u);
+}
+
+}  // namespace
+}  // namespace blockread::storage

@@ -1,0 +1,53 @@
+#include "tests/support/engine_driver.h"
+
+namespace blockread::testing {
+namespace {
+
+bool RecordResult(void* context, const storage::ReadResult& result) {
+  auto& read = *static_cast<CompletedRead*>(context);
+  read.status = result.status;
+  if (result.status.ok()) read.data.assign(result.data, result.data + result.length);
+  read.path = result.path;
+  read.fallback = result.fallback;
+  read.total_ns = result.total_ns;
+  read.done = true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
+                                    const std::vector<ReadRequest>& requests, int queue_depth) {
+  std::vector<CompletedRead> results(requests.size());
+  size_t next = 0;
+  size_t finished = 0;
+  int in_flight = 0;
+  while (finished < requests.size()) {
+    while (next < requests.size() && in_flight < queue_depth) {
+      const ReadRequest& r = requests[next];
+      absl::Status started =
+          engine.StartRead(r.file, r.offset, r.length, &RecordResult, &results[next]);
+      if (absl::IsResourceExhausted(started)) break;  // poll, then retry this one
+      if (started.ok()) {
+        results[next].started = true;
+        ++in_flight;
+      } else {
+        results[next].status = started;
+        results[next].done = true;
+        ++finished;
+      }
+      ++next;
+    }
+    const int reaped = engine.PollOnce();
+    in_flight -= reaped;
+    finished += static_cast<size_t>(reaped);
+  }
+  return results;
+}
+
+CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,
+                       uint64_t length) {
+  return RunReads(engine, {ReadRequest{file, offset, length}}, 1)[0];
+}
+
+}  // namespace blockread::testing

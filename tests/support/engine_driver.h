@@ -1,0 +1,41 @@
+// Drives an EngineContext from a test: starts reads up to a queue depth, polls until they finish,
+// and records each result.
+#ifndef BLOCKREAD_TESTS_SUPPORT_ENGINE_DRIVER_H_
+#define BLOCKREAD_TESTS_SUPPORT_ENGINE_DRIVER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "storage/read_path.h"
+
+namespace blockread::testing {
+
+struct ReadRequest {
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct CompletedRead {
+  absl::Status status;  // StartRead's error, or the completion's
+  std::vector<char> data;
+  storage::ReadPathKind path = storage::ReadPathKind::kSimple;
+  storage::FallbackReason fallback = storage::FallbackReason::kDisabled;
+  uint64_t total_ns = 0;
+  bool started = false;  // StartRead accepted it
+  bool done = false;
+};
+
+// Runs `requests` with at most `queue_depth` in flight (StartRead errors other than
+// RESOURCE_EXHAUSTED are recorded as the result). Returns results in request order.
+std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
+                                    const std::vector<ReadRequest>& requests, int queue_depth);
+
+// One read, synchronously.
+CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,
+                       uint64_t length);
+
+}  // namespace blockread::testing
+
+#endif  // BLOCKREAD_TESTS_SUPPORT_ENGINE_DRIVER_H_
