@@ -59,9 +59,6 @@ TempDir::~TempDir() {
 absl::StatusOr<std::unique_ptr<LoopDevice>> LoopDevice::Create(const std::string& image_path,
                                                                uint64_t size_bytes,
                                                                uint32_t sector_size) {
-  if (truncate(image_path.c_str(), 0) != 0 && errno != ENOENT) {
-    return absl::InternalError(absl::StrCat("truncate ", image_path));
-  }
   int image = open(image_path.c_str(), O_CREAT | O_WRONLY, 0600);
   if (image < 0 || ftruncate(image, static_cast<off_t>(size_bytes)) != 0) {
     if (image >= 0) close(image);

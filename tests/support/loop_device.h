@@ -36,8 +36,8 @@ class TempDir {
 // A loop device over a sparse image file, attached with --direct-io=on.
 class LoopDevice {
  public:
-  // Creates `image_path` of `size_bytes` and attaches it; `sector_size` sets the device's
-  // logical block size (0 keeps the default, 512).
+  // Attaches `image_path`, first creating it (sparse) or extending it to `size_bytes`; existing
+  // contents are kept. `sector_size` sets the logical block size (0 keeps the default, 512).
   static absl::StatusOr<std::unique_ptr<LoopDevice>> Create(const std::string& image_path,
                                                             uint64_t size_bytes,
                                                             uint32_t sector_size = 0);
