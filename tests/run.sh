@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command. On a fresh Debian 12 machine as root: installs what is missing, builds, and
-# runs every test through ctest twice: a normal build, then an ASan+UBSan build. Exits non-zero on
-# any failure. Tests that need root (loop devices, mounts) skip with a stated reason otherwise.
+# runs every test through ctest three times: a normal build, an ASan+UBSan build and a TSan build.
+# Exits non-zero on any failure. Tests that need root (loop devices, mounts) skip with a stated
+# reason otherwise.
 #
 #   tests/run.sh                 everything
 #   BLOCKREAD_SKIP_SANITIZERS=1  only the normal build (quicker while iterating)
@@ -27,5 +28,8 @@ if [ "${BLOCKREAD_SKIP_SANITIZERS:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   run_suite build/test-asan -DCMAKE_BUILD_TYPE=Debug -DBLOCKREAD_SANITIZE=asan-ubsan
+  unset ASAN_OPTIONS UBSAN_OPTIONS
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  run_suite build/test-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBLOCKREAD_SANITIZE=tsan
 fi
 echo "=== tests/run.sh: all tests passed"

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -333,7 +334,17 @@ TEST(WholeDeviceReadTest, RegularFileAsDevice) {
     const uint64_t offset = small ? (rng() % (8 * kMiB)) / 4096 * 4096 : rng() % (8 * kMiB);
     reads.push_back({"disk", offset, small ? 4096 : 1 + rng() % (256 * 1024)});
   }
+  // Another thread merges the worker's stats shard while it reads (what a scrape does).
+  std::atomic<bool> stop{false};
+  std::thread scraper([&] {
+    while (!stop.load()) {
+      StatsSnapshot snapshot;
+      snapshot.Add((*engine)->stats());
+    }
+  });
   std::vector<CompletedRead> results = RunReads(**engine, reads, 64);
+  stop.store(true);
+  scraper.join();
   for (size_t i = 0; i < reads.size(); ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status;
     const uint64_t expected_length = std::min(reads[i].length, 8 * kMiB - reads[i].offset);
