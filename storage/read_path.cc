@@ -404,9 +404,12 @@ void EngineContext::Deliver(Slot& slot, uint64_t now_ns) {
     const std::string where =
         absl::StrFormat("reading device %s (%s) at offset %u", device.name(), device.path(),
                         slot.error_physical_offset);
-    result.status = slot.short_read
-                        ? absl::DataLossError(absl::StrCat("short read ", where))
-                        : PosixError(slot.error, where);
+    // Device errors are DATA_LOSS whatever the errno: the bytes could not be had from the device
+    // (a media or transport error), and retrying elsewhere will not help; the message keeps the
+    // errno text.
+    result.status = absl::DataLossError(
+        slot.short_read ? absl::StrCat("short read ", where)
+                        : std::string(PosixError(slot.error, where).message()));
   }
   path.device_ns.Record(result.device_ns);
   path.total_ns.Record(result.total_ns);

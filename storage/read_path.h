@@ -49,7 +49,7 @@ struct ReadHandle {
 };
 
 struct ReadResult {
-  // OK, or the I/O error (naming the device and physical offset).
+  // OK, or DATA_LOSS for a device I/O error (naming the device, the physical offset and errno).
   absl::Status status;
   // The bytes read: [offset, min(offset + length, size)). Valid until the slot is released.
   const char* data = nullptr;

@@ -46,7 +46,7 @@ TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   // Both paths see the error; both report it, naming device and offset.
   testing::CompletedRead simple = ReadOnce(**engine, "inner", 1 << 20, 4096);
   EXPECT_FALSE(simple.status.ok());
-  EXPECT_EQ(simple.status.code(), absl::ErrnoToStatusCode(EIO)) << simple.status;
+  EXPECT_EQ(simple.status.code(), absl::StatusCode::kDataLoss) << simple.status;
   EXPECT_NE(simple.status.message().find("reading device inner (" + (*inner)->path() +
                                          ") at offset 1048576: Input/output error"),
             std::string::npos)
@@ -55,6 +55,7 @@ TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   testing::CompletedRead generic = ReadOnce(**engine, "inner", 3 << 20, 300000);
   EXPECT_FALSE(generic.status.ok());
   EXPECT_EQ(generic.path, ReadPathKind::kGeneric);
+  EXPECT_EQ(generic.status.code(), absl::StatusCode::kDataLoss) << generic.status;
   EXPECT_NE(generic.status.message().find("reading device inner"), std::string::npos)
       << generic.status;
 
