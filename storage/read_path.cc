@@ -216,38 +216,51 @@ PollMode EngineContext::poll_mode(DeviceId device) const {
   return ring_of_device_[device]->mode();
 }
 
-absl::Status EngineContext::StartRead(absl::string_view file, uint64_t offset, uint64_t length,
-                                      ReadDoneFn done, void* context) {
-  const uint64_t start_ns = NowNs();
+absl::Status ValidateReadRange(const EngineConfig& config, uint64_t offset, uint64_t length) {
   if (length == 0) return absl::InvalidArgumentError("length must be greater than 0");
-  if (length > config_.max_read_bytes) {
+  if (length > config.max_read_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "length %u exceeds the largest read allowed, max_read_bytes = %u", length,
-        config_.max_read_bytes));
+        config.max_read_bytes));
   }
   if (offset > UINT64_MAX - length) {
     return absl::InvalidArgumentError(
         absl::StrFormat("offset %u + length %u overflows 64 bits", offset, length));
   }
-  absl::StatusOr<FileMapRef> map = catalog_.Resolve(file);
-  if (!map.ok()) return map.status();
-  const FileMap& file_map = **map;
-  if (offset > file_map.size()) {
-    return absl::OutOfRangeError(absl::StrFormat("offset %u is beyond the end of file %s (%u bytes)",
-                                                 offset, file_map.name(), file_map.size()));
-  }
-  Extent extent;
-  FallbackReason reason = FallbackReason::kBeyondEof;
-  if (offset < file_map.size() &&
-      SimpleReadEligible(file_map, offset, length, config_.simple_max_bytes, &extent, &reason)) {
-    return StartSimple(*map, extent, offset, length, done, context, start_ns);
-  }
-  return StartGeneric(*map, reason, offset, length, done, context, start_ns);
+  return absl::OkStatus();
 }
 
-absl::Status EngineContext::StartSimple(const FileMapRef& /*map*/, const Extent& extent,
-                                        uint64_t offset, uint64_t length, ReadDoneFn done,
-                                        void* context, uint64_t start_ns) {
+absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset, uint64_t length,
+                                            uint64_t simple_max_bytes) {
+  if (offset > map.size()) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "offset %u is beyond the end of file %s (%u bytes)", offset, map.name(), map.size()));
+  }
+  PathDecision decision;
+  if (offset < map.size() && SimpleReadEligible(map, offset, length, simple_max_bytes,
+                                                &decision.extent, &decision.fallback)) {
+    decision.path = ReadPathKind::kSimple;
+  }
+  return decision;
+}
+
+absl::Status EngineContext::StartRead(absl::string_view file, uint64_t offset, uint64_t length,
+                                      ReadDoneFn done, void* context) {
+  const uint64_t start_ns = NowNs();
+  if (absl::Status valid = ValidateReadRange(config_, offset, length); !valid.ok()) return valid;
+  absl::StatusOr<FileMapRef> map = catalog_.Resolve(file);
+  if (!map.ok()) return map.status();
+  absl::StatusOr<PathDecision> decision =
+      DecideReadPath(**map, offset, length, config_.simple_max_bytes);
+  if (!decision.ok()) return decision.status();
+  if (decision->path == ReadPathKind::kSimple) {
+    return StartSimple(decision->extent, offset, length, done, context, start_ns);
+  }
+  return StartGeneric(**map, decision->fallback, offset, length, done, context, start_ns);
+}
+
+absl::Status EngineContext::StartSimple(const Extent& extent, uint64_t offset, uint64_t length,
+                                        ReadDoneFn done, void* context, uint64_t start_ns) {
   if (free_simple_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "all %u simple-path read slots of this worker are busy", config_.simple_slots));
@@ -277,7 +290,7 @@ absl::Status EngineContext::StartSimple(const FileMapRef& /*map*/, const Extent&
   return absl::OkStatus();
 }
 
-absl::Status EngineContext::StartGeneric(const FileMapRef& map, FallbackReason reason,
+absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reason,
                                          uint64_t offset, uint64_t length, ReadDoneFn done,
                                          void* context, uint64_t start_ns) {
   if (free_generic_.empty()) {
@@ -296,7 +309,7 @@ absl::Status EngineContext::StartGeneric(const FileMapRef& map, FallbackReason r
   slot.short_read = false;
   uint32_t count = 0;
   const GenericPlan plan =
-      PlanGenericRead(*map, offset, length, config_.max_io_bytes, slot.buffer,
+      PlanGenericRead(map, offset, length, config_.max_io_bytes, slot.buffer,
                       [&](const PlannedIo& io) {
                         IoPiece& piece = slot.pieces[count++];
                         piece.slot = &slot;

@@ -43,6 +43,21 @@ struct EngineConfig {
   absl::Status Validate() const;
 };
 
+// Checks what can be checked without the file: length in 1..max_read_bytes, no 64-bit overflow.
+// INVALID_ARGUMENT naming the limit otherwise.
+absl::Status ValidateReadRange(const EngineConfig& config, uint64_t offset, uint64_t length);
+
+// Which path a read of [offset, offset + length) of `map` takes, and why: the dispatcher's
+// decision, also what Explain reports. OUT_OF_RANGE when offset > map.size(); a read at exactly
+// EOF is a generic read of nothing (kBeyondEof). `extent` is set for the simple path.
+struct PathDecision {
+  ReadPathKind path = ReadPathKind::kGeneric;
+  FallbackReason fallback = FallbackReason::kBeyondEof;
+  Extent extent;
+};
+absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset, uint64_t length,
+                                            uint64_t simple_max_bytes);
+
 // Opaque token for a completed read's buffer, for EngineContext::Release().
 struct ReadHandle {
   void* slot = nullptr;
@@ -115,9 +130,9 @@ class EngineContext {
   explicit EngineContext(Catalog& catalog, const EngineConfig& config);
   absl::Status Init();
   absl::Status ProbeIoPoll(DeviceId device);
-  absl::Status StartSimple(const FileMapRef& map, const Extent& extent, uint64_t offset,
-                           uint64_t length, ReadDoneFn done, void* context, uint64_t start_ns);
-  absl::Status StartGeneric(const FileMapRef& map, FallbackReason reason, uint64_t offset,
+  absl::Status StartSimple(const Extent& extent, uint64_t offset, uint64_t length,
+                           ReadDoneFn done, void* context, uint64_t start_ns);
+  absl::Status StartGeneric(const FileMap& map, FallbackReason reason, uint64_t offset,
                             uint64_t length, ReadDoneFn done, void* context, uint64_t start_ns);
   void QueuePiece(IoPiece& piece);
   void OnCompletion(uint64_t user_data, int result);
