@@ -1,0 +1,193 @@
+#include "server/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <sched.h>
+
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+// Every flag is optional: unset means "whatever the config file says, else the default", so a
+// flag given on the command line always wins over the file.
+ABSL_FLAG(std::optional<std::string>, config, std::nullopt,
+          "Config file (textproto, blockread.v1.ServerConfig) with any of the settings below; "
+          "flags given on the command line override it.");
+ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
+          "ADDR:PORT to serve on (default 127.0.0.1:7420; port 0 picks a free port, printed at "
+          "startup).");
+ABSL_FLAG(std::optional<std::vector<std::string>>, serve_files, std::nullopt,
+          "Comma-separated files or directories on mounted ext4/XFS filesystems, imported with "
+          "FIEMAP and served under their path relative to the given root (a file: its base "
+          "name). Files FIEMAP cannot describe are served through the file itself.");
+ABSL_FLAG(std::optional<std::string>, manifest, std::nullopt,
+          "Manifest (blockread.v1.Manifest textproto) of devices and per-file extents for layouts "
+          "written straight to raw devices.");
+ABSL_FLAG(std::optional<std::vector<std::string>>, device, std::nullopt,
+          "Comma-separated NAME=PATH: a whole block device or regular file served as file NAME.");
+ABSL_FLAG(std::optional<std::string>, cpus, std::nullopt,
+          "CPUs for the workers, one pinned worker each, e.g. 0-3,6 (default: every CPU in the "
+          "process's affinity mask, so a container's cpuset just works).");
+ABSL_FLAG(std::optional<uint64_t>, simple_max_bytes, std::nullopt,
+          "Largest read on the simple path (default 4096); 0 turns the simple path off.");
+ABSL_FLAG(std::optional<uint64_t>, max_read_bytes, std::nullopt,
+          "Largest read accepted (default 1048576); larger ones get INVALID_ARGUMENT.");
+ABSL_FLAG(std::optional<uint64_t>, max_io_bytes, std::nullopt,
+          "Largest single device I/O of the generic path (default 262144).");
+ABSL_FLAG(std::optional<std::string>, data_dir, std::nullopt,
+          "Where the embedded demo device is created when no source is given (default "
+          "./blockread-data).");
+ABSL_FLAG(std::optional<uint32_t>, idle_spin_us, std::nullopt,
+          "With no reads in flight, a worker spins this many microseconds before it blocks on "
+          "its queue (default 50). Workers always spin while reads are in flight.");
+ABSL_FLAG(std::optional<bool>, reflection, std::nullopt,
+          "Serve gRPC server reflection, so grpcurl-style tools can list the API (default off).");
+ABSL_FLAG(std::optional<uint32_t>, simple_slots, std::nullopt,
+          "Simple-path reads in flight per worker (default 256).");
+ABSL_FLAG(std::optional<uint32_t>, generic_slots, std::nullopt,
+          "Generic-path reads in flight per worker; each pins a max_read_bytes buffer "
+          "(default 16).");
+ABSL_FLAG(std::optional<uint32_t>, max_queued_reads, std::nullopt,
+          "Reads a worker holds while its slots are busy before answering RESOURCE_EXHAUSTED "
+          "(default 4096).");
+ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
+          "On SIGTERM/SIGINT, how long in-flight RPCs may take to finish (default 10000).");
+ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
+          "HTTP/2 keepalive ping interval on idle connections (default 30000).");
+
+namespace blockread::server {
+namespace {
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error.empty()) error = absl::StrFormat("%d:%d: %s", line + 1, column + 1, message);
+  }
+  std::string error;
+};
+
+std::vector<int> AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
+  const std::vector<int> allowed = AffinityCpus();
+  if (list.empty()) return allowed;
+  std::set<int> cpus;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(part, '-');
+    int first = 0, last = 0;
+    if (!absl::SimpleAtoi(range.first, &first) ||
+        !absl::SimpleAtoi(range.second.empty() ? range.first : range.second, &last) ||
+        first < 0 || last < first || last >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("--cpus: bad element '", part, "' in '",
+                                                     list, "' (expected e.g. 0-3,6)"));
+    }
+    for (int cpu = first; cpu <= last; ++cpu) cpus.insert(cpu);
+  }
+  for (int cpu : cpus) {
+    if (std::find(allowed.begin(), allowed.end(), cpu) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--cpus: CPU %d is not in this process's affinity mask (%s)", cpu,
+          absl::StrJoin(allowed, ",")));
+    }
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
+
+absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
+  if (config.listen().empty()) config.set_listen(kDefaultListen);
+  if (config.data_dir().empty()) config.set_data_dir(kDefaultDataDir);
+  if (!config.has_simple_max_bytes()) config.set_simple_max_bytes(4096);
+  if (config.max_read_bytes() == 0) config.set_max_read_bytes(1 << 20);
+  if (config.max_io_bytes() == 0) config.set_max_io_bytes(256 << 10);
+  if (!config.has_idle_spin_us()) config.set_idle_spin_us(kDefaultIdleSpinUs);
+  if (config.simple_slots() == 0) config.set_simple_slots(256);
+  if (config.generic_slots() == 0) config.set_generic_slots(16);
+  if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
+  if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
+  if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);
+  if (config.listen().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: '", config.listen(), "' is not ADDR:PORT"));
+  }
+  for (const std::string& spec : config.device()) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device: '", spec, "' is not NAME=PATH"));
+    }
+  }
+  if (absl::Status cpus = ParseCpuList(config.cpus()).status(); !cpus.ok()) return cpus;
+  if (absl::Status engine = EngineConfigFrom(config).Validate(); !engine.ok()) return engine;
+  return config;
+}
+
+absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
+  v1::ServerConfig config;
+  if (const auto path = absl::GetFlag(FLAGS_config)) {
+    std::ifstream in(*path);
+    if (!in) return absl::NotFoundError(absl::StrCat("--config: cannot read ", *path));
+    std::stringstream text;
+    text << in.rdbuf();
+    google::protobuf::TextFormat::Parser parser;
+    FirstError errors;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(text.str(), &config)) {
+      return absl::InvalidArgumentError(absl::StrCat(*path, ":", errors.error));
+    }
+  }
+  if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen(*v);
+  if (auto v = absl::GetFlag(FLAGS_serve_files)) {
+    config.clear_serve_files();
+    for (const std::string& f : *v) config.add_serve_files(f);
+  }
+  if (auto v = absl::GetFlag(FLAGS_manifest)) config.set_manifest(*v);
+  if (auto v = absl::GetFlag(FLAGS_device)) {
+    config.clear_device();
+    for (const std::string& d : *v) config.add_device(d);
+  }
+  if (auto v = absl::GetFlag(FLAGS_cpus)) config.set_cpus(*v);
+  if (auto v = absl::GetFlag(FLAGS_simple_max_bytes)) config.set_simple_max_bytes(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_read_bytes)) config.set_max_read_bytes(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_io_bytes)) config.set_max_io_bytes(*v);
+  if (auto v = absl::GetFlag(FLAGS_data_dir)) config.set_data_dir(*v);
+  if (auto v = absl::GetFlag(FLAGS_idle_spin_us)) config.set_idle_spin_us(*v);
+  if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_reflection(*v);
+  if (auto v = absl::GetFlag(FLAGS_simple_slots)) config.set_simple_slots(*v);
+  if (auto v = absl::GetFlag(FLAGS_generic_slots)) config.set_generic_slots(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_queued_reads)) config.set_max_queued_reads(*v);
+  if (auto v = absl::GetFlag(FLAGS_shutdown_grace_ms)) config.set_shutdown_grace_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_keepalive_time_ms)) config.set_keepalive_time_ms(*v);
+  return FinalizeServerConfig(std::move(config));
+}
+
+storage::EngineConfig EngineConfigFrom(const v1::ServerConfig& config) {
+  storage::EngineConfig engine;
+  engine.simple_max_bytes = config.simple_max_bytes();
+  engine.max_read_bytes = config.max_read_bytes();
+  engine.max_io_bytes = config.max_io_bytes();
+  engine.simple_slots = config.simple_slots();
+  engine.generic_slots = config.generic_slots();
+  return engine;
+}
+
+}  // namespace blockread::server

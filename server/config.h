@@ -1,0 +1,39 @@
+// blockread-server's configuration: a textproto file (--config, blockread.v1.ServerConfig) with
+// command-line flags of the same names on top, defaults filled in, everything validated.
+#ifndef BLOCKREAD_SERVER_CONFIG_H_
+#define BLOCKREAD_SERVER_CONFIG_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "blockread/v1/server_config.pb.h"
+#include "storage/read_path.h"
+
+namespace blockread::server {
+
+// Defaults for fields left unset by both the file and the flags.
+inline constexpr char kDefaultListen[] = "127.0.0.1:7420";
+inline constexpr char kDefaultDataDir[] = "./blockread-data";
+inline constexpr uint32_t kDefaultIdleSpinUs = 50;
+inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;
+inline constexpr uint32_t kDefaultShutdownGraceMs = 10000;
+inline constexpr uint32_t kDefaultKeepaliveTimeMs = 30000;
+
+// Reads --config (if given), applies every flag given on the command line, fills defaults and
+// validates. Call after absl::ParseCommandLine. Errors name the file, flag or field.
+absl::StatusOr<v1::ServerConfig> LoadServerConfig();
+
+// Fills unset fields with their defaults and validates. Used by LoadServerConfig; public for
+// tests and embedders that build a config in code.
+absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config);
+
+// Parses a CPU list like "0-3,6" (sorted, deduplicated). Empty means: the CPUs in this process's
+// affinity mask. Errors name the bad element, and CPUs outside the affinity mask.
+absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list);
+
+// The engine settings a worker uses, from a finalized config.
+storage::EngineConfig EngineConfigFrom(const v1::ServerConfig& config);
+
+}  // namespace blockread::server
+
+#endif  // BLOCKREAD_SERVER_CONFIG_H_

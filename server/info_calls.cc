@@ -1,0 +1,223 @@
+#include "server/info_calls.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "server/config.h"
+#include "server/proto_conversions.h"
+#include "server/status_mapping.h"
+#include "server/unary_call.h"
+#include "storage/read_path.h"
+
+namespace blockread::server {
+namespace {
+
+using Service = v1::BlockRead::AsyncService;
+
+constexpr uint32_t kDefaultPageSize = 100;
+constexpr uint32_t kMaxPageSize = 1000;
+// Explain lists at most this many extents (a range of a very fragmented file could touch more).
+constexpr int kMaxExplainedExtents = 4096;
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void HistogramToProto(const storage::HistogramSnapshot& in, v1::Histogram* out) {
+  for (int i = 0; i < storage::LatencyBuckets::kCount; ++i) {
+    if (in.buckets[i] == 0) continue;
+    v1::Histogram::Bucket* bucket = out->add_buckets();
+    bucket->set_upper_bound_ns(storage::LatencyBuckets::UpperBound(i));
+    bucket->set_count(in.buckets[i]);
+  }
+  out->set_count(in.count);
+  out->set_sum_ns(in.sum);
+}
+
+grpc::Status StatFile(Worker& worker, const v1::StatFileRequest& request, v1::FileInfo* response) {
+  auto map = worker.shared().catalog.Resolve(request.file());
+  if (!map.ok()) return ToGrpcStatus(map.status());
+  *response = DescribeFile(worker.shared().catalog, **map);
+  return grpc::Status::OK;
+}
+
+grpc::Status ListFiles(Worker& worker, const v1::ListFilesRequest& request,
+                       v1::ListFilesResponse* response) {
+  const uint32_t page_size =
+      request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
+  storage::Catalog& catalog = worker.shared().catalog;
+  const std::vector<std::string> names = catalog.FileNames();
+  // The page token is the last name of the previous page: stable while files are listed.
+  auto it = request.page_token().empty()
+                ? names.begin()
+                : std::upper_bound(names.begin(), names.end(), request.page_token());
+  for (; it != names.end() && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
+    auto map = catalog.Resolve(*it);
+    if (!map.ok()) continue;  // removed since import: not listable now
+    *response->add_files() = DescribeFile(catalog, **map);
+  }
+  if (it != names.end() && response->files_size() > 0) {
+    response->set_next_page_token(response->files(response->files_size() - 1).name());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GetStats(Worker& worker, const v1::GetStatsRequest&, v1::GetStatsResponse* response) {
+  *response = CollectStats(worker.shared());
+  return grpc::Status::OK;
+}
+
+std::string DescribeDecision(const storage::FileMap& map, const storage::PathDecision& decision,
+                             uint64_t offset, uint64_t length, uint64_t simple_max_bytes) {
+  using storage::FallbackReason;
+  if (decision.path == storage::ReadPathKind::kSimple) {
+    return absl::StrFormat(
+        "simple: %u bytes at a multiple of the block size %u, inside one mapped extent, within "
+        "simple_max_bytes = %u",
+        length, map.block_size(), simple_max_bytes);
+  }
+  switch (decision.fallback) {
+    case FallbackReason::kDisabled:
+      return "generic: the simple path is off (simple_max_bytes = 0)";
+    case FallbackReason::kTooLarge:
+      return absl::StrFormat("generic: %u bytes is more than simple_max_bytes = %u", length,
+                             simple_max_bytes);
+    case FallbackReason::kUnaligned:
+      return absl::StrFormat(
+          "generic: offset %u or length %u is not a multiple of the block size %u", offset,
+          length, map.block_size());
+    case FallbackReason::kBeyondEof:
+      return absl::StrFormat("generic: the read runs past the end of the file (%u bytes)",
+                             map.size());
+    case FallbackReason::kNotMapped:
+      return "generic: the range is a hole or unwritten extent (read as zeros)";
+    case FallbackReason::kSpansExtents:
+      return "generic: the range crosses an extent boundary";
+    case FallbackReason::kFileRoute:
+      return "generic: the file is served through the file itself";
+  }
+  return "generic";
+}
+
+grpc::Status Explain(Worker& worker, const v1::ExplainRequest& request,
+                     v1::ExplainResponse* response) {
+  const storage::EngineConfig config = EngineConfigFrom(worker.shared().config);
+  if (absl::Status valid =
+          storage::ValidateReadRange(config, request.offset(), request.length());
+      !valid.ok()) {
+    return ToGrpcStatus(valid);
+  }
+  storage::Catalog& catalog = worker.shared().catalog;
+  auto map = catalog.Resolve(request.file());
+  if (!map.ok()) return ToGrpcStatus(map.status());
+  const storage::FileMap& file = **map;
+  auto decision =
+      storage::DecideReadPath(file, request.offset(), request.length(), config.simple_max_bytes);
+  if (!decision.ok()) return ToGrpcStatus(decision.status());
+  *response->mutable_file() = DescribeFile(catalog, file);
+  response->set_path(ToProto(decision->path));
+  response->set_fallback(ToProto(decision->path, decision->fallback));
+  response->set_reason(DescribeDecision(file, *decision, request.offset(), request.length(),
+                                        config.simple_max_bytes));
+  const uint64_t end = std::min(request.offset() + request.length(),
+                                storage::RoundUp(file.size(), file.block_size()));
+  for (uint64_t pos = request.offset();
+       pos < end && response->extents_size() < kMaxExplainedExtents;) {
+    const storage::Extent e = file.Lookup(pos);
+    v1::ExtentInfo* info = response->add_extents();
+    info->set_logical_offset(e.logical_offset);
+    info->set_length(e.length);
+    info->set_type(ToProto(e.type));
+    if (e.device != storage::kNoDevice) {
+      info->set_device(catalog.device(e.device).name());
+      info->set_physical_offset(e.physical_offset);
+    }
+    pos = e.logical_end();
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+v1::FileInfo DescribeFile(const storage::Catalog& catalog, const storage::FileMap& map) {
+  v1::FileInfo info;
+  info.set_name(map.name());
+  info.set_size(map.size());
+  info.set_block_size(map.block_size());
+  info.set_extent_count(map.extents().size());
+  info.set_source(ToProto(map.source()));
+  std::set<storage::DeviceId> devices;
+  for (const storage::Extent& e : map.extents()) {
+    if (e.device != storage::kNoDevice) devices.insert(e.device);
+  }
+  for (storage::DeviceId id : devices) info.add_devices(catalog.device(id).name());
+  return info;
+}
+
+v1::GetStatsResponse CollectStats(const SharedState& shared) {
+  storage::StatsSnapshot snapshot;
+  v1::GetStatsResponse response;
+  for (const Worker* worker : shared.workers) {
+    const storage::StatsShard* shard = worker->stats();
+    if (shard != nullptr) snapshot.Add(*shard);
+    v1::WorkerStats* out = response.add_workers();
+    out->set_worker(static_cast<uint32_t>(worker->index()));
+    out->set_cpu(static_cast<uint32_t>(worker->cpu()));
+    out->set_reads(worker->counters().reads.Load());
+    out->set_busy_ns(worker->counters().busy_ns.Load());
+    out->set_idle_ns(worker->counters().idle_ns.Load());
+    out->set_empty_polls(worker->counters().empty_polls.Load());
+  }
+  for (int p = 0; p < storage::kReadPathCount; ++p) {
+    const storage::PathSnapshot& in = snapshot.paths[p];
+    v1::PathStats* out = response.add_paths();
+    out->set_path(ToProto(static_cast<storage::ReadPathKind>(p)));
+    out->set_reads(in.requests);
+    out->set_bytes(in.bytes);
+    out->set_errors(in.errors);
+    HistogramToProto(in.device_ns, out->mutable_device_latency());
+    HistogramToProto(in.total_ns, out->mutable_total_latency());
+  }
+  for (int r = 0; r < storage::kFallbackReasonCount; ++r) {
+    v1::FallbackCount* out = response.add_fallbacks();
+    out->set_reason(ToProto(storage::ReadPathKind::kGeneric, static_cast<storage::FallbackReason>(r)));
+    out->set_count(snapshot.fallbacks[r]);
+  }
+  for (storage::DeviceId id = 0; id < shared.catalog.device_count(); ++id) {
+    const storage::Device& device = shared.catalog.device(id);
+    v1::DeviceStats* out = response.add_devices();
+    out->set_name(device.name());
+    out->set_path(device.path());
+    if (id < snapshot.devices.size()) {
+      const storage::DeviceSnapshot& in = snapshot.devices[id];
+      out->set_reads(in.reads);
+      out->set_bytes(in.bytes);
+      out->set_errors(in.errors);
+      out->set_inflight(in.inflight);
+      const uint64_t interrupt = in.workers_by_poll_mode[0];
+      const uint64_t iopoll = in.workers_by_poll_mode[1];
+      out->set_poll_mode(iopoll == 0 ? "interrupt" : interrupt == 0 ? "iopoll" : "mixed");
+    }
+  }
+  response.set_uptime_ns(NowNs() - shared.start_ns);
+  return response;
+}
+
+void PostInfoCalls(Worker* worker) {
+  Service* service = &worker->shared().service;
+  UnaryCall<Service, v1::StatFileRequest, v1::FileInfo>::Post(worker, service,
+                                                              &Service::RequestStatFile, &StatFile);
+  UnaryCall<Service, v1::ListFilesRequest, v1::ListFilesResponse>::Post(
+      worker, service, &Service::RequestListFiles, &ListFiles);
+  UnaryCall<Service, v1::GetStatsRequest, v1::GetStatsResponse>::Post(
+      worker, service, &Service::RequestGetStats, &GetStats);
+  UnaryCall<Service, v1::ExplainRequest, v1::ExplainResponse>::Post(
+      worker, service, &Service::RequestExplain, &Explain);
+}
+
+}  // namespace blockread::server

@@ -1,0 +1,135 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <time.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/config.h"
+#include "server/demo_data.h"
+#include "server/worker.h"
+#include "storage/log.h"
+#include "storage/manifest.h"
+
+namespace blockread::server {
+namespace {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catalog& catalog) {
+  for (const std::string& spec : config.device()) {
+    const size_t eq = spec.find('=');
+    absl::Status added = catalog.AddWholeDevice(spec.substr(0, eq), spec.substr(eq + 1));
+    if (!added.ok()) return added;
+  }
+  if (!config.manifest().empty()) {
+    if (absl::Status s = storage::LoadManifest(config.manifest(), catalog); !s.ok()) return s;
+  }
+  for (const std::string& path : config.serve_files()) {
+    auto added = catalog.ImportTree(path);
+    if (!added.ok()) return added.status();
+  }
+  if (config.device().empty() && config.manifest().empty() && config.serve_files().empty()) {
+    return AddDemoData(config.data_dir(), catalog);
+  }
+  return absl::OkStatus();
+}
+
+BlockReadServer::BlockReadServer(const v1::ServerConfig& config) : config_(config) {}
+
+absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
+    const v1::ServerConfig& config) {
+  std::unique_ptr<BlockReadServer> server(new BlockReadServer(config));
+  if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
+  auto cpus = ParseCpuList(server->config_.cpus());
+  if (!cpus.ok()) return cpus.status();
+
+  server->shared_ = std::make_unique<SharedState>(server->config_, server->catalog_);
+  SharedState& shared = *server->shared_;
+  shared.start_ns = NowNs();
+  if (server->config_.reflection()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(server->config_.listen(), grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.RegisterService(&shared.service);
+  builder.RegisterService(&shared.health_service);
+  // A stale server on the same port must make us fail, not silently share the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Responses carry up to max_read_bytes (a stream message gathers up to one more MiB).
+  builder.SetMaxSendMessageSize(static_cast<int>(server->config_.max_read_bytes() + (2 << 20)));
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(server->config_.keepalive_time_ms()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
+  for (size_t i = 0; i < cpus->size(); ++i) queues.push_back(builder.AddCompletionQueue());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", server->config_.listen(),
+        " (address in use, or not an address of this machine?)"));
+  }
+  for (size_t i = 0; i < cpus->size(); ++i) {
+    server->workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), (*cpus)[i], shared,
+                                                        std::move(queues[i])));
+    shared.workers.push_back(server->workers_.back().get());
+  }
+  for (Worker* worker : shared.workers) worker->Start();
+  absl::Status failure;
+  for (Worker* worker : shared.workers) {
+    absl::Status ready = worker->WaitUntilReady();
+    if (failure.ok() && !ready.ok()) failure = ready;
+  }
+  if (!failure.ok()) {
+    server->Shutdown();
+    return failure;
+  }
+  shared.health.store(grpc::health::v1::HealthCheckResponse::SERVING);
+  for (Worker* worker : shared.workers) worker->Wake();  // tell open Watch streams
+  storage::LogInfo(absl::StrFormat(
+      "serving %d files from %d devices with %d pinned workers (CPUs %s), simple_max_bytes=%u",
+      server->catalog_.file_count(), server->catalog_.device_count(), cpus->size(),
+      server->config_.cpus().empty() ? "from the affinity mask" : server->config_.cpus(),
+      server->config_.simple_max_bytes()));
+  return server;
+}
+
+void BlockReadServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (shared_ != nullptr) {
+    shared_->health.store(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    shared_->stopping.store(true);
+    for (Worker* worker : shared_->workers) worker->Wake();
+  }
+  if (server_ != nullptr) {
+    // Stops accepting; RPCs in flight may finish until the deadline, then they are cancelled.
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(config_.shutdown_grace_ms()));
+  }
+  if (shared_ != nullptr) {
+    for (Worker* worker : shared_->workers) worker->RequestStop();
+    for (Worker* worker : shared_->workers) worker->Join();
+  }
+  if (server_ != nullptr) server_->Wait();
+}
+
+BlockReadServer::~BlockReadServer() {
+  Shutdown();
+  // Workers (and their queues) go before the gRPC server object.
+  workers_.clear();
+}
+
+}  // namespace blockread::server

@@ -1,0 +1,54 @@
+// blockread-server assembled: the catalog from the configured sources, the gRPC server, one
+// pinned worker per CPU, health, graceful shutdown.
+#ifndef BLOCKREAD_SERVER_SERVER_H_
+#define BLOCKREAD_SERVER_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "blockread/v1/server_config.pb.h"
+#include "server/shared_state.h"
+#include "server/worker.h"
+#include "storage/catalog.h"
+
+namespace blockread::server {
+
+// Opens the configured sources into `catalog`: --device entries, --manifest, --serve-files, or,
+// when none is given, the demo device under --data-dir.
+absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catalog& catalog);
+
+// Threading: Start, Shutdown and the destructor from one controlling thread.
+class BlockReadServer {
+ public:
+  // Everything up and serving (health SERVING) on return, or the first error: a source that does
+  // not open, an address that cannot be bound, a worker whose CPU or engine cannot be set up.
+  // `config` must be finalized (see server/config.h).
+  static absl::StatusOr<std::unique_ptr<BlockReadServer>> Start(const v1::ServerConfig& config);
+  ~BlockReadServer();
+
+  // The port actually bound (differs from the configured one when that is 0).
+  int port() const { return port_; }
+  const storage::Catalog& catalog() const { return catalog_; }
+
+  // Graceful stop: health goes NOT_SERVING, no new RPCs are accepted, RPCs in flight get
+  // shutdown_grace_ms to finish (then they are cancelled; reads already on the device still
+  // complete before their buffers are released), the workers drain and exit. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit BlockReadServer(const v1::ServerConfig& config);
+
+  v1::ServerConfig config_;
+  storage::Catalog catalog_;
+  std::unique_ptr<SharedState> shared_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace blockread::server
+
+#endif  // BLOCKREAD_SERVER_SERVER_H_

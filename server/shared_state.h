@@ -1,0 +1,40 @@
+// What every worker of one server shares: the catalog, the async services, health, the workers.
+#ifndef BLOCKREAD_SERVER_SHARED_STATE_H_
+#define BLOCKREAD_SERVER_SHARED_STATE_H_
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "blockread/v1/blockread.grpc.pb.h"
+#include "blockread/v1/server_config.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "storage/catalog.h"
+
+namespace blockread::server {
+
+class Worker;
+
+// Built by the server before the workers start; read-only afterwards except `health`.
+struct SharedState {
+  SharedState(const v1::ServerConfig& config, storage::Catalog& catalog)
+      : config(config), catalog(catalog) {}
+
+  const v1::ServerConfig& config;
+  storage::Catalog& catalog;
+  v1::BlockRead::AsyncService service;
+  grpc::health::v1::Health::AsyncService health_service;
+  // A grpc::health::v1::HealthCheckResponse::ServingStatus. NOT_SERVING until every worker's
+  // engine is up, and again from the start of shutdown.
+  std::atomic<int> health{grpc::health::v1::HealthCheckResponse::NOT_SERVING};
+  // Set when shutdown starts: health Watch streams send NOT_SERVING and end, so they do not hold
+  // the graceful shutdown until its deadline.
+  std::atomic<bool> stopping{false};
+  // Owned by the server; complete before the first worker starts.
+  std::vector<Worker*> workers;
+  uint64_t start_ns = 0;
+};
+
+}  // namespace blockread::server
+
+#endif  // BLOCKREAD_SERVER_SHARED_STATE_H_

@@ -1,0 +1,10 @@
+#include "server/status_mapping.h"
+
+namespace blockread::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+}  // namespace blockread::server

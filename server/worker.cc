@@ -1,0 +1,225 @@
+#include "server/worker.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "server/config.h"
+#include "server/health_calls.h"
+#include "server/info_calls.h"
+#include "server/read_calls.h"
+#include "storage/log.h"
+
+namespace blockread::server {
+namespace {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// While reads are in flight the loop spins on the io_uring CQ (user memory, cheap) and looks at
+// gRPC's queue only this often: each look polls the sockets, which costs microseconds.
+constexpr uint64_t kGrpcPollIntervalWhileBusyNs = 5'000;
+// Events taken from gRPC's queue per look, so a burst of RPCs cannot starve the device.
+constexpr int kGrpcEventsPerTurn = 64;
+
+}  // namespace
+
+Worker::Worker(int index, int cpu, SharedState& shared,
+               std::unique_ptr<grpc::ServerCompletionQueue> queue)
+    : index_(index), cpu_(cpu), shared_(shared), queue_(std::move(queue)) {}
+
+Worker::~Worker() { Join(); }
+
+void Worker::Start() { thread_ = std::thread([this] { Run(); }); }
+
+absl::Status Worker::WaitUntilReady() {
+  ready_.WaitForNotification();
+  return start_error_;
+}
+
+void Worker::RequestStop() {
+  absl::MutexLock lock(&alarms_mu_);
+  if (stop_requested_.load()) return;
+  SetWakeAlarm();
+  // Set after the alarm: the worker shuts its queue down only once it sees the flag, so no alarm
+  // is ever set on a queue that is shut down.
+  stop_requested_.store(true, std::memory_order_release);
+}
+
+void Worker::Wake() {
+  absl::MutexLock lock(&alarms_mu_);
+  if (!stop_requested_.load()) SetWakeAlarm();
+}
+
+void Worker::SetWakeAlarm() {
+  alarms_.push_back(std::make_unique<grpc::Alarm>());
+  // An alarm in the past fires at once: the portable way to wake a thread blocked in Next().
+  alarms_.back()->Set(queue_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &wake_tag_);
+}
+
+void Worker::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::Run() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu_, &set);
+  cpu_set_t actual;
+  CPU_ZERO(&actual);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0 ||
+      pthread_getaffinity_np(pthread_self(), sizeof(actual), &actual) != 0 ||
+      !CPU_EQUAL(&set, &actual)) {
+    start_error_ = absl::FailedPreconditionError(
+        absl::StrFormat("worker %d: cannot pin its thread to CPU %d", index_, cpu_));
+  } else {
+    // The ring must be created on the thread that submits to it (IORING_SETUP_SINGLE_ISSUER).
+    auto engine = storage::EngineContext::Create(shared_.catalog, EngineConfigFrom(shared_.config));
+    if (!engine.ok()) {
+      start_error_ = absl::Status(engine.status().code(),
+                                  absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_,
+                                                  engine.status().message()));
+    } else {
+      engine_ = *std::move(engine);
+      stats_.store(&engine_->stats(), std::memory_order_release);
+    }
+  }
+  if (!start_error_.ok()) {
+    queue_->Shutdown();
+    void* tag;
+    bool ok;
+    while (queue_->Next(&tag, &ok)) {
+    }
+    ready_.Notify();
+    return;
+  }
+  ReadBlockCall::Post(this);
+  ReadBlocksCall::Post(this);
+  PostInfoCalls(this);
+  PostHealthCalls(this);
+  ready_.Notify();
+  Loop();
+  // The queue is drained and shut down and no read is in flight: the engine can go.
+  engine_.reset();
+}
+
+bool Worker::Defer(DeferredRead* read) {
+  if (deferred_.size() >= shared_.config.max_queued_reads()) return false;
+  deferred_.push_back(read);
+  return true;
+}
+
+void Worker::Undefer(DeferredRead* read) {
+  deferred_.erase(std::remove(deferred_.begin(), deferred_.end(), read), deferred_.end());
+}
+
+void Worker::RemoveWatcher(HealthWatcher* watcher) {
+  watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), watcher), watchers_.end());
+}
+
+int Worker::RetryDeferred() {
+  int started = 0;
+  while (!deferred_.empty() && deferred_.front()->RetryStart()) {
+    deferred_.pop_front();
+    ++started;
+  }
+  return started;
+}
+
+void Worker::NotifyWatchersIfHealthChanged() {
+  const int health = shared_.health.load(std::memory_order_acquire);
+  if (health == last_health_seen_) return;
+  last_health_seen_ = health;
+  // A watcher may finish and unregister itself while being told: iterate over a copy.
+  std::vector<HealthWatcher*> watchers = watchers_;
+  for (HealthWatcher* watcher : watchers) watcher->OnHealthChanged(health);
+}
+
+void Worker::Dispatch(void* tag, bool ok) {
+  auto* call_tag = static_cast<CallTag*>(tag);
+  call_tag->call->OnEvent(call_tag->event, ok);
+}
+
+void Worker::Loop() {
+  const gpr_timespec past = gpr_inf_past(GPR_CLOCK_MONOTONIC);
+  const uint64_t idle_spin_ns = uint64_t{shared_.config.idle_spin_us()} * 1000;
+  uint64_t idle_since = 0;
+  uint64_t last_grpc_look = 0;
+  bool queue_drained = false;
+  uint64_t turn_start = NowNs();
+  for (;;) {
+    int work = engine_->PollOnce();
+    work += RetryDeferred();
+    if (!flush_.empty()) {
+      std::vector<Flushable*> to_flush;
+      to_flush.swap(flush_);
+      for (Flushable* call : to_flush) call->Flush();
+    }
+    NotifyWatchersIfHealthChanged();
+
+    const bool in_flight = engine_->reads_in_flight() > 0;
+    if (!in_flight || turn_start - last_grpc_look >= kGrpcPollIntervalWhileBusyNs) {
+      last_grpc_look = turn_start;
+      for (int i = 0; i < kGrpcEventsPerTurn; ++i) {
+        void* tag;
+        bool ok;
+        const auto status = queue_->AsyncNext(&tag, &ok, past);
+        if (status == grpc::CompletionQueue::GOT_EVENT) {
+          Dispatch(tag, ok);
+          ++work;
+          continue;
+        }
+        if (status == grpc::CompletionQueue::SHUTDOWN) queue_drained = true;
+        break;
+      }
+    }
+
+    // Stopping: once the server has shut down, nothing new arrives; when our last reads are done
+    // no call will start another operation, so the queue can be shut down and drained.
+    if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ && !in_flight &&
+        deferred_.empty()) {
+      queue_shut_down_ = true;
+      queue_->Shutdown();
+    }
+    if (queue_drained) return;
+
+    const uint64_t now = NowNs();
+    if (work > 0) {
+      counters_.busy_ns.Add(now - turn_start);
+    } else {
+      counters_.idle_ns.Add(now - turn_start);
+      counters_.empty_polls.Add(1);
+    }
+    turn_start = now;
+    if (work > 0 || in_flight) {
+      idle_since = 0;
+      continue;
+    }
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < idle_spin_ns) continue;
+
+    // Nothing in flight and nothing for idle_spin_us: only a new RPC (or a wake-up) can make
+    // work, so sleep on gRPC's queue. An idle server uses no CPU.
+    void* tag;
+    bool ok;
+    const auto status =
+        queue_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    if (status == grpc::CompletionQueue::GOT_EVENT) {
+      Dispatch(tag, ok);
+    } else if (status == grpc::CompletionQueue::SHUTDOWN) {
+      return;
+    }
+    const uint64_t woke = NowNs();
+    counters_.idle_ns.Add(woke - turn_start);
+    turn_start = woke;
+    idle_since = 0;
+  }
+}
+
+}  // namespace blockread::server

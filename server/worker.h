@@ -1,0 +1,138 @@
+// A pinned worker: one thread, one gRPC completion queue, one engine context. The worker that
+// receives an RPC reads with its own ring and finishes the RPC itself; nothing of it is shared.
+#ifndef BLOCKREAD_SERVER_WORKER_H_
+#define BLOCKREAD_SERVER_WORKER_H_
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/server_context.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "server/call.h"
+#include "server/shared_state.h"
+#include "storage/read_path.h"
+#include "storage/stats.h"
+
+namespace blockread::server {
+
+// Loop counters, written by the worker only (see storage::Counter), read by GetStats.
+struct WorkerCounters {
+  storage::Counter reads;        // reads answered (RPC level: a stream counts each read)
+  storage::Counter busy_ns;      // loop time that found work
+  storage::Counter idle_ns;      // loop time that found none, blocked time included
+  storage::Counter empty_polls;  // loop turns that found no work
+};
+
+// A read that found every engine slot busy; the worker retries it in FIFO order.
+class DeferredRead {
+ public:
+  virtual ~DeferredRead() = default;
+  // Tries to start the read again. Returns false if the slots are still busy (stay queued).
+  virtual bool RetryStart() = 0;
+};
+
+// A call with results to write, flushed once per loop turn so results that complete together
+// leave in one message.
+class Flushable {
+ public:
+  virtual ~Flushable() = default;
+  virtual void Flush() = 0;
+};
+
+// An open grpc.health.v1 Watch call, told when the serving status changes.
+class HealthWatcher {
+ public:
+  virtual ~HealthWatcher() = default;
+  virtual void OnHealthChanged(int status) = 0;
+};
+
+class Worker {
+ public:
+  Worker(int index, int cpu, SharedState& shared,
+         std::unique_ptr<grpc::ServerCompletionQueue> queue);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // ---- Any thread ----
+  // Starts the thread: pins it (and verifies the affinity), creates the engine context on it,
+  // posts the first request of every RPC, then runs the loop.
+  void Start();
+  // Blocks until the worker serves or has failed to start; returns why it failed.
+  absl::Status WaitUntilReady();
+  // After the gRPC server has shut down: finish what is in flight, shut the queue down, exit.
+  void RequestStop();
+  // Wakes the worker if it is blocked on its queue (for a health change, or stop).
+  void Wake();
+  void Join();
+  int index() const { return index_; }
+  int cpu() const { return cpu_; }
+  const WorkerCounters& counters() const { return counters_; }
+  // The engine's stats shard; null until the worker is ready.
+  const storage::StatsShard* stats() const { return stats_.load(std::memory_order_acquire); }
+
+  // ---- The worker's own thread (calls use these) ----
+  SharedState& shared() { return shared_; }
+  storage::EngineContext& engine() { return *engine_; }
+  grpc::ServerCompletionQueue* queue() { return queue_.get(); }
+  WorkerCounters& mutable_counters() { return counters_; }
+  // False once the queue is shutting down: calls must start no new operation on it.
+  bool accepting_operations() const { return !queue_shut_down_; }
+  // Queues a read whose slots are busy. False when max_queued_reads are already waiting.
+  bool Defer(DeferredRead* read);
+  // Removes a queued read (its call was cancelled).
+  void Undefer(DeferredRead* read);
+  void ScheduleFlush(Flushable* call) { flush_.push_back(call); }
+  // Registers/unregisters an open grpc.health.v1 Watch call for health change notices.
+  void AddWatcher(HealthWatcher* watcher) { watchers_.push_back(watcher); }
+  void RemoveWatcher(HealthWatcher* watcher);
+
+  // Event numbers of the worker's own tags.
+  static constexpr uint8_t kWakeEvent = 0;
+
+ private:
+  class WakeTarget : public Call {
+   public:
+    void OnEvent(uint8_t, bool) override {}
+  };
+
+  void Run();
+  void Loop();
+  void SetWakeAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(alarms_mu_);
+  void Dispatch(void* tag, bool ok);
+  int RetryDeferred();
+  void NotifyWatchersIfHealthChanged();
+
+  const int index_;
+  const int cpu_;
+  SharedState& shared_;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
+  std::unique_ptr<storage::EngineContext> engine_;
+  std::atomic<const storage::StatsShard*> stats_{nullptr};
+  WorkerCounters counters_;
+  std::thread thread_;
+  absl::Notification ready_;
+  absl::Status start_error_;  // written before ready_ is notified
+  std::atomic<bool> stop_requested_{false};
+  bool queue_shut_down_ = false;
+  std::deque<DeferredRead*> deferred_;
+  std::vector<Flushable*> flush_;
+  std::vector<HealthWatcher*> watchers_;
+  int last_health_seen_ = -1;
+
+  WakeTarget wake_target_;
+  CallTag wake_tag_{&wake_target_, kWakeEvent};
+  absl::Mutex alarms_mu_;
+  std::vector<std::unique_ptr<grpc::Alarm>> alarms_ ABSL_GUARDED_BY(alarms_mu_);
+};
+
+}  // namespace blockread::server
+
+#endif  // BLOCKREAD_SERVER_WORKER_H_
