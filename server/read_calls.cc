@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "server/crc32c.h"
+#include "client/crc32c.h"
 #include "server/proto_conversions.h"
 #include "server/status_mapping.h"
 

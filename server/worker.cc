@@ -45,16 +45,13 @@ absl::Status Worker::WaitUntilReady() {
 
 void Worker::RequestStop() {
   absl::MutexLock lock(&alarms_mu_);
-  if (stop_requested_.load()) return;
-  SetWakeAlarm();
-  // Set after the alarm: the worker shuts its queue down only once it sees the flag, so no alarm
-  // is ever set on a queue that is shut down.
   stop_requested_.store(true, std::memory_order_release);
+  if (!queue_shut_down_) SetWakeAlarm();
 }
 
 void Worker::Wake() {
   absl::MutexLock lock(&alarms_mu_);
-  if (!stop_requested_.load()) SetWakeAlarm();
+  if (!queue_shut_down_) SetWakeAlarm();
 }
 
 void Worker::SetWakeAlarm() {
@@ -184,6 +181,8 @@ void Worker::Loop() {
     // no call will start another operation, so the queue can be shut down and drained.
     if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ && !in_flight &&
         deferred_.empty()) {
+      // Under the lock: no other thread is setting an alarm on the queue as it shuts down.
+      absl::MutexLock lock(&alarms_mu_);
       queue_shut_down_ = true;
       queue_->Shutdown();
     }

@@ -84,7 +84,7 @@ class Worker {
   grpc::ServerCompletionQueue* queue() { return queue_.get(); }
   WorkerCounters& mutable_counters() { return counters_; }
   // False once the queue is shutting down: calls must start no new operation on it.
-  bool accepting_operations() const { return !queue_shut_down_; }
+  bool accepting_operations() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queue_shut_down_; }
   // Queues a read whose slots are busy. False when max_queued_reads are already waiting.
   bool Defer(DeferredRead* read);
   // Removes a queued read (its call was cancelled).
@@ -121,6 +121,7 @@ class Worker {
   absl::Notification ready_;
   absl::Status start_error_;  // written before ready_ is notified
   std::atomic<bool> stop_requested_{false};
+  // Written by the worker thread under alarms_mu_; read by it freely, by others under the lock.
   bool queue_shut_down_ = false;
   std::deque<DeferredRead*> deferred_;
   std::vector<Flushable*> flush_;

@@ -1,0 +1,138 @@
+#include "client/blockread_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+namespace blockread::client {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+ReadStream::ReadStream(v1::BlockRead::Stub& stub) : stream_(stub.ReadBlocks(&context_)) {}
+
+ReadStream::~ReadStream() {
+  if (!finished_) {
+    context_.TryCancel();
+    v1::ReadBlocksResponse ignored;
+    while (stream_->Read(&ignored)) {
+    }
+    stream_->Finish().ok();
+  }
+}
+
+bool ReadStream::Send(const v1::ReadBlocksRequest& request) { return stream_->Write(request); }
+
+bool ReadStream::Receive(v1::ReadBlocksResponse* response) { return stream_->Read(response); }
+
+void ReadStream::CloseSend() { stream_->WritesDone(); }
+
+absl::Status ReadStream::Finish() {
+  finished_ = true;
+  return FromGrpc(stream_->Finish());
+}
+
+std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& target,
+                                                          const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_receive_bytes);
+  return std::make_unique<BlockReadClient>(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), options);
+}
+
+BlockReadClient::BlockReadClient(std::shared_ptr<grpc::Channel> channel,
+                                 const ClientOptions& options)
+    : channel_(std::move(channel)),
+      options_(options),
+      stub_(v1::BlockRead::NewStub(channel_)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+void BlockReadClient::PrepareContext(grpc::ClientContext& context) const {
+  if (options_.timeout.count() > 0) {
+    context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
+  }
+}
+
+absl::StatusOr<v1::ReadBlockResponse> BlockReadClient::Read(const std::string& file,
+                                                            uint64_t offset, uint64_t length,
+                                                            bool want_crc32c) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ReadBlockRequest request;
+  request.set_file(file);
+  request.set_offset(offset);
+  request.set_length(length);
+  request.set_want_crc32c(want_crc32c);
+  v1::ReadBlockResponse response;
+  grpc::Status status = stub_->ReadBlock(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<v1::FileInfo> BlockReadClient::Stat(const std::string& file) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::StatFileRequest request;
+  request.set_file(file);
+  v1::FileInfo response;
+  grpc::Status status = stub_->StatFile(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::FileInfo>> BlockReadClient::List() {
+  std::vector<v1::FileInfo> files;
+  std::string token;
+  do {
+    grpc::ClientContext context;
+    PrepareContext(context);
+    v1::ListFilesRequest request;
+    request.set_page_size(1000);
+    request.set_page_token(token);
+    v1::ListFilesResponse response;
+    grpc::Status status = stub_->ListFiles(&context, request, &response);
+    if (!status.ok()) return FromGrpc(status);
+    for (const v1::FileInfo& f : response.files()) files.push_back(f);
+    token = response.next_page_token();
+  } while (!token.empty());
+  return files;
+}
+
+absl::StatusOr<v1::GetStatsResponse> BlockReadClient::Stats() {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::GetStatsResponse response;
+  grpc::Status status = stub_->GetStats(&context, v1::GetStatsRequest(), &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<v1::ExplainResponse> BlockReadClient::Explain(const std::string& file,
+                                                             uint64_t offset, uint64_t length) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ExplainRequest request;
+  request.set_file(file);
+  request.set_offset(offset);
+  request.set_length(length);
+  v1::ExplainResponse response;
+  grpc::Status status = stub_->Explain(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> BlockReadClient::Health(
+    const std::string& service) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health_stub_->Check(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response.status();
+}
+
+}  // namespace blockread::client

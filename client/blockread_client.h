@@ -1,0 +1,89 @@
+// The C++ client library: one object around a gRPC channel to a blockread server.
+#ifndef BLOCKREAD_CLIENT_BLOCKREAD_CLIENT_H_
+#define BLOCKREAD_CLIENT_BLOCKREAD_CLIENT_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "blockread/v1/blockread.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace blockread::client {
+
+// gRPC status -> absl::Status (same codes, same message).
+absl::Status FromGrpc(const grpc::Status& status);
+
+struct ClientOptions {
+  // Per-call deadline for the unary calls; 0 means none.
+  std::chrono::milliseconds timeout{10000};
+  // Largest message the client accepts; must cover the server's max_read_bytes (and a stream's
+  // batched results). gRPC's default, 4 MiB, is too small for big reads.
+  int max_receive_bytes = 64 << 20;
+};
+
+// A ReadBlocks stream, used synchronously: Send() request messages, Receive() response messages
+// (results arrive in completion order, each with its tag), CloseSend() when done sending, then
+// Receive() until it returns false, then Finish(). Send and Receive may run on two threads; each
+// on one thread at a time.
+class ReadStream {
+ public:
+  explicit ReadStream(v1::BlockRead::Stub& stub);
+  ~ReadStream();
+  // False if the stream is broken (then Finish() says why).
+  bool Send(const v1::ReadBlocksRequest& request);
+  bool Receive(v1::ReadBlocksResponse* response);
+  void CloseSend();
+  absl::Status Finish();
+  // Cancels the stream (from any thread).
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ReadBlocksRequest, v1::ReadBlocksResponse>> stream_;
+  bool finished_ = false;
+};
+
+// Thread-safe: any number of threads may call it at once (gRPC channels are).
+class BlockReadClient {
+ public:
+  // A channel to `target` (host:port), with the receive limit raised.
+  static std::unique_ptr<BlockReadClient> Connect(const std::string& target,
+                                                  const ClientOptions& options = ClientOptions());
+  BlockReadClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  // One ReadBlock. Errors carry the server's code and message (see blockread.proto).
+  absl::StatusOr<v1::ReadBlockResponse> Read(const std::string& file, uint64_t offset,
+                                             uint64_t length, bool want_crc32c = false);
+  std::unique_ptr<ReadStream> OpenStream() { return std::make_unique<ReadStream>(*stub_); }
+  absl::StatusOr<v1::FileInfo> Stat(const std::string& file);
+  // Every file, all pages.
+  absl::StatusOr<std::vector<v1::FileInfo>> List();
+  absl::StatusOr<v1::GetStatsResponse> Stats();
+  absl::StatusOr<v1::ExplainResponse> Explain(const std::string& file, uint64_t offset,
+                                              uint64_t length);
+  // grpc.health.v1 Check of `service` ("" = the server as a whole).
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
+      const std::string& service = "");
+
+  v1::BlockRead::Stub& stub() { return *stub_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  void PrepareContext(grpc::ClientContext& context) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  ClientOptions options_;
+  std::unique_ptr<v1::BlockRead::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+};
+
+}  // namespace blockread::client
+
+#endif  // BLOCKREAD_CLIENT_BLOCKREAD_CLIENT_H_

@@ -1,0 +1,307 @@
+// blockread: the command-line client. Subcommands: read, stat, ls, stats, explain, health.
+//
+// Exit codes: 0 ok; 1 other error; 2 usage; 3 server unreachable (UNAVAILABLE, deadline);
+// 4 not found (NOT_FOUND); 5 bad range or argument (OUT_OF_RANGE, INVALID_ARGUMENT);
+// for `health`, 1 when the server answers but is not SERVING.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "client/blockread_client.h"
+#include "client/crc32c.h"
+#include "client/units.h"
+
+namespace blockread::client {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnavailable = 3;
+constexpr int kExitNotFound = 4;
+constexpr int kExitBadRange = 5;
+
+// One line on stderr, and the exit code for the status.
+int Fail(const absl::Status& status, const std::string& target) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      fprintf(stderr, "blockread: cannot reach the server at %s: %s\n", target.c_str(),
+              std::string(status.message()).c_str());
+      return kExitUnavailable;
+    case absl::StatusCode::kNotFound:
+      fprintf(stderr, "blockread: not found: %s\n", std::string(status.message()).c_str());
+      return kExitNotFound;
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kInvalidArgument:
+      fprintf(stderr, "blockread: bad request: %s\n", std::string(status.message()).c_str());
+      return kExitBadRange;
+    default:
+      fprintf(stderr, "blockread: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
+              std::string(status.message()).c_str());
+      return kExitError;
+  }
+}
+
+// CLI11 validator for byte counts with units.
+struct ByteCountValidator : CLI::Validator {
+  ByteCountValidator() {
+    name_ = "BYTES";
+    func_ = [](std::string& text) {
+      auto value = ParseByteCount(text);
+      if (!value.ok()) return std::string(value.status().message());
+      text = std::to_string(*value);
+      return std::string();
+    };
+  }
+};
+
+const char* PathName(v1::ReadPath path) { return path == v1::SIMPLE ? "simple" : "generic"; }
+
+std::string FallbackName(v1::FallbackReason reason) {
+  std::string name = v1::FallbackReason_Name(reason);
+  if (name.rfind("FALLBACK_", 0) == 0) name = name.substr(9);
+  for (char& c : name) c = static_cast<char>(std::tolower(c));
+  return name;
+}
+
+std::string SourceName(v1::FileSource source) {
+  std::string name = v1::FileSource_Name(source);
+  for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+  return name;
+}
+
+double Percentile(const v1::Histogram& histogram, double q) {
+  uint64_t total = 0;
+  for (const auto& b : histogram.buckets()) total += b.count();
+  if (total == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(q * total + 0.5);
+  if (rank < 1) rank = 1;
+  uint64_t seen = 0;
+  for (const auto& b : histogram.buckets()) {
+    seen += b.count();
+    if (seen >= rank) return static_cast<double>(b.upper_bound_ns());
+  }
+  return static_cast<double>(histogram.buckets().rbegin()->upper_bound_ns());
+}
+
+nlohmann::json StatsToJson(const v1::GetStatsResponse& stats) {
+  nlohmann::json out;
+  out["uptime_s"] = stats.uptime_ns() / 1e9;
+  for (const v1::PathStats& p : stats.paths()) {
+    out["paths"][PathName(p.path())] = {
+        {"reads", p.reads()},
+        {"bytes", p.bytes()},
+        {"errors", p.errors()},
+        {"p50_us", Percentile(p.total_latency(), 0.5) / 1000},
+        {"p99_us", Percentile(p.total_latency(), 0.99) / 1000},
+        {"device_p50_us", Percentile(p.device_latency(), 0.5) / 1000},
+        {"device_p99_us", Percentile(p.device_latency(), 0.99) / 1000}};
+  }
+  for (const v1::FallbackCount& f : stats.fallbacks()) {
+    out["fallbacks"][FallbackName(f.reason())] = f.count();
+  }
+  for (const v1::DeviceStats& d : stats.devices()) {
+    out["devices"].push_back({{"name", d.name()},
+                              {"path", d.path()},
+                              {"reads", d.reads()},
+                              {"bytes", d.bytes()},
+                              {"errors", d.errors()},
+                              {"inflight", d.inflight()},
+                              {"poll_mode", d.poll_mode()}});
+  }
+  for (const v1::WorkerStats& w : stats.workers()) {
+    out["workers"].push_back({{"worker", w.worker()},
+                              {"cpu", w.cpu()},
+                              {"reads", w.reads()},
+                              {"busy_s", w.busy_ns() / 1e9},
+                              {"idle_s", w.idle_ns() / 1e9},
+                              {"empty_polls", w.empty_polls()}});
+  }
+  return out;
+}
+
+void PrintStats(const v1::GetStatsResponse& stats) {
+  uint64_t total_reads = 0;
+  for (const v1::PathStats& p : stats.paths()) total_reads += p.reads();
+  const double uptime = stats.uptime_ns() / 1e9;
+  printf("%-8s %12s %10s %12s %10s %10s %8s %8s\n", "path", "reads", "IOPS(avg)", "MiB/s(avg)",
+         "p50", "p99", "share", "errors");
+  for (const v1::PathStats& p : stats.paths()) {
+    printf("%-8s %12lu %10.0f %12.2f %9.1fus %9.1fus %7.1f%% %8lu\n", PathName(p.path()),
+           p.reads(), uptime > 0 ? p.reads() / uptime : 0.0,
+           uptime > 0 ? p.bytes() / uptime / (1 << 20) : 0.0,
+           Percentile(p.total_latency(), 0.5) / 1000, Percentile(p.total_latency(), 0.99) / 1000,
+           total_reads ? 100.0 * p.reads() / total_reads : 0.0, p.errors());
+  }
+  printf("\nfallbacks:");
+  for (const v1::FallbackCount& f : stats.fallbacks()) {
+    printf(" %s=%lu", FallbackName(f.reason()).c_str(), f.count());
+  }
+  printf("\n\n%-16s %-24s %12s %12s %8s %10s\n", "device", "path", "reads", "bytes", "errors",
+         "poll");
+  for (const v1::DeviceStats& d : stats.devices()) {
+    printf("%-16s %-24s %12lu %12s %8lu %10s\n", d.name().c_str(), d.path().c_str(), d.reads(),
+           FormatBytes(static_cast<double>(d.bytes())).c_str(), d.errors(), d.poll_mode().c_str());
+  }
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "blockread: read files from a blockread server, and look at how it serves them.\n"
+      "Exit codes: 0 ok, 1 error, 2 usage, 3 server unreachable, 4 not found, 5 bad range."};
+  app.require_subcommand(1);
+  std::string target = "127.0.0.1:7420";
+  int timeout_ms = 10000;
+  app.add_option("--target", target, "Server address host:port")->capture_default_str();
+  app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
+  const ByteCountValidator bytes;
+
+  std::string file, output;
+  uint64_t offset = 0, length = 0;
+  bool want_crc = false, json = false;
+
+  CLI::App* read = app.add_subcommand("read", "Read LENGTH bytes at OFFSET of FILE");
+  read->add_option("file", file, "File name (see `blockread ls`)")->required();
+  read->add_option("offset", offset, "Byte offset (units allowed: 4k, 1m)")
+      ->required()
+      ->transform(bytes);
+  read->add_option("length", length, "Bytes to read (units allowed)")->required()->transform(bytes);
+  read->add_option("-o,--output", output, "Write the bytes here (default: stdout)");
+  read->add_flag("--crc32c", want_crc, "Ask the server for the CRC32C and check it");
+
+  CLI::App* stat = app.add_subcommand("stat", "Size, block size, extents and source of FILE");
+  stat->add_option("file", file, "File name")->required();
+
+  CLI::App* ls = app.add_subcommand("ls", "List the files the server serves");
+  ls->add_flag("--json", json, "Print JSON");
+
+  CLI::App* stats = app.add_subcommand("stats", "Per-path statistics of the server");
+  stats->add_flag("--json", json, "Print JSON");
+
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Which extents cover a range, and which path a read of it takes, and why");
+  explain->add_option("file", file, "File name")->required();
+  explain->add_option("offset", offset, "Byte offset")->required()->transform(bytes);
+  explain->add_option("length", length, "Bytes")->required()->transform(bytes);
+
+  CLI::App* health =
+      app.add_subcommand("health", "Is the server SERVING? (exit 0 if so, 1 if not)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  ClientOptions options;
+  options.timeout = std::chrono::milliseconds(timeout_ms);
+  auto client = BlockReadClient::Connect(target, options);
+
+  if (*read) {
+    auto response = client->Read(file, offset, length, want_crc);
+    if (!response.ok()) return Fail(response.status(), target);
+    if (want_crc) {
+      const uint32_t crc = Crc32c(response->data().data(), response->data().size());
+      if (!response->has_crc32c() || response->crc32c() != crc) {
+        fprintf(stderr, "blockread: CRC32C mismatch: server %08x, received data %08x\n",
+                response->crc32c(), crc);
+        return kExitError;
+      }
+    }
+    if (output.empty()) {
+      fwrite(response->data().data(), 1, response->data().size(), stdout);
+      fflush(stdout);
+    } else {
+      std::ofstream out(output, std::ios::binary);
+      out.write(response->data().data(), static_cast<std::streamsize>(response->data().size()));
+      if (!out) {
+        fprintf(stderr, "blockread: cannot write %s\n", output.c_str());
+        return kExitError;
+      }
+    }
+    fprintf(stderr, "read %zu bytes via the %s path (server %.1f us: queue %.1f, device %.1f)%s\n",
+            response->data().size(), PathName(response->path()),
+            response->timing().total_ns() / 1e3, response->timing().queue_ns() / 1e3,
+            response->timing().device_ns() / 1e3,
+            response->fallback() != v1::FALLBACK_NONE
+                ? (" fallback " + FallbackName(response->fallback())).c_str()
+                : "");
+    return 0;
+  }
+  if (*stat) {
+    auto info = client->Stat(file);
+    if (!info.ok()) return Fail(info.status(), target);
+    printf("name:        %s\nsize:        %lu\nblock size:  %u\nextents:     %lu\nsource:      "
+           "%s\ndevices:    ",
+           info->name().c_str(), info->size(), info->block_size(), info->extent_count(),
+           SourceName(info->source()).c_str());
+    for (const std::string& d : info->devices()) printf(" %s", d.c_str());
+    printf("\n");
+    return 0;
+  }
+  if (*ls) {
+    auto files = client->List();
+    if (!files.ok()) return Fail(files.status(), target);
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const v1::FileInfo& f : *files) {
+        out.push_back({{"name", f.name()},
+                       {"size", f.size()},
+                       {"block_size", f.block_size()},
+                       {"extents", f.extent_count()},
+                       {"source", SourceName(f.source())}});
+      }
+      printf("%s\n", out.dump(2).c_str());
+      return 0;
+    }
+    printf("%-40s %14s %8s %-12s\n", "name", "size", "extents", "source");
+    for (const v1::FileInfo& f : *files) {
+      printf("%-40s %14lu %8lu %-12s\n", f.name().c_str(), f.size(), f.extent_count(),
+             SourceName(f.source()).c_str());
+    }
+    return 0;
+  }
+  if (*stats) {
+    auto response = client->Stats();
+    if (!response.ok()) return Fail(response.status(), target);
+    if (json) {
+      printf("%s\n", StatsToJson(*response).dump(2).c_str());
+    } else {
+      PrintStats(*response);
+    }
+    return 0;
+  }
+  if (*explain) {
+    auto response = client->Explain(file, offset, length);
+    if (!response.ok()) return Fail(response.status(), target);
+    printf("%s: %lu bytes, block size %u, %s\n", response->file().name().c_str(),
+           response->file().size(), response->file().block_size(),
+           SourceName(response->file().source()).c_str());
+    printf("%-14s %-14s %-10s %-12s %s\n", "offset", "length", "type", "device", "physical");
+    for (const v1::ExtentInfo& e : response->extents()) {
+      printf("%-14lu %-14lu %-10s %-12s %s\n", e.logical_offset(), e.length(),
+             v1::ExtentType_Name(e.type()).c_str(), e.device().empty() ? "-" : e.device().c_str(),
+             e.device().empty() ? "-" : std::to_string(e.physical_offset()).c_str());
+    }
+    printf("path: %s\n", response->reason().c_str());
+    return 0;
+  }
+  if (*health) {
+    auto status = client->Health();
+    if (!status.ok()) return Fail(status.status(), target);
+    printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status).c_str());
+    return *status == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : kExitError;
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace blockread::client
+
+int main(int argc, char** argv) { return blockread::client::Main(argc, argv); }
