@@ -49,20 +49,22 @@ class WatchCall final : public Call, public HealthWatcher {
           Send(worker_->shared().health.load(std::memory_order_acquire));
         }
         return;
-      case kWrite:
+      case kWrite: {
         writing_ = false;
-        if (ok && pending_status_ >= 0) {
+        if (!ok) {
+          MaybeDelete();
+          return;
+        }
+        if (pending_status_ >= 0) {
           const int status = pending_status_;
           pending_status_ = -1;
           Send(status);
-        } else if (ok && worker_->shared().stopping.load() && !finishing_ &&
-                   worker_->accepting_operations()) {
-          finishing_ = true;
-          stream_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"),
-                         &finish_tag_);
+        } else {
+          SendChangeOrFinish();
         }
         MaybeDelete();
         return;
+      }
       case kFinish:
         finishing_ = false;
         finished_ = true;
@@ -75,7 +77,9 @@ class WatchCall final : public Call, public HealthWatcher {
     }
   }
 
-  void OnHealthChanged(int status) override { Send(status); }
+  void OnHealthChanged() override {
+    if (!writing_) SendChangeOrFinish();
+  }
 
  private:
   enum Event : uint8_t { kRequest, kWrite, kFinish, kDone };
@@ -86,6 +90,23 @@ class WatchCall final : public Call, public HealthWatcher {
                                                   &request_tag_);
   }
 
+  // With no write in flight: send the current status if the client has not seen it; once the
+  // server is stopping and NOT_SERVING has gone out, end the stream so it does not hold the
+  // graceful shutdown until its deadline.
+  void SendChangeOrFinish() {
+    if (!watching_) return;
+    const SharedState& shared = worker_->shared();
+    const int current = shared.health.load(std::memory_order_acquire);
+    if (last_sent_ != current) {
+      Send(current);
+    } else if (shared.stopping.load() && current == HealthCheckResponse::NOT_SERVING &&
+               !finishing_ && !finished_ && worker_->accepting_operations()) {
+      finishing_ = true;
+      stream_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"),
+                     &finish_tag_);
+    }
+  }
+
   void Send(int status) {
     if (!done_pending_ || finishing_ || finished_ || !worker_->accepting_operations()) return;
     if (writing_) {  // one write at a time; only the latest status matters
@@ -93,6 +114,7 @@ class WatchCall final : public Call, public HealthWatcher {
       return;
     }
     response_.set_status(static_cast<HealthCheckResponse::ServingStatus>(status));
+    last_sent_ = status;
     writing_ = true;
     stream_.Write(response_, &write_tag_);
   }
@@ -118,6 +140,7 @@ class WatchCall final : public Call, public HealthWatcher {
   bool writing_ = false;
   bool watching_ = false;
   int pending_status_ = -1;
+  int last_sent_ = -1;
 };
 
 }  // namespace

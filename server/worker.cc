@@ -130,12 +130,14 @@ int Worker::RetryDeferred() {
 }
 
 void Worker::NotifyWatchersIfHealthChanged() {
-  const int health = shared_.health.load(std::memory_order_acquire);
+  // Health and the stopping flag, as one number: a change of either is news to watchers.
+  const int health = shared_.health.load(std::memory_order_acquire) * 2 +
+                     (shared_.stopping.load(std::memory_order_acquire) ? 1 : 0);
   if (health == last_health_seen_) return;
   last_health_seen_ = health;
   // A watcher may finish and unregister itself while being told: iterate over a copy.
   std::vector<HealthWatcher*> watchers = watchers_;
-  for (HealthWatcher* watcher : watchers) watcher->OnHealthChanged(health);
+  for (HealthWatcher* watcher : watchers) watcher->OnHealthChanged();
 }
 
 void Worker::Dispatch(void* tag, bool ok) {

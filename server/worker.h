@@ -46,11 +46,12 @@ class Flushable {
   virtual void Flush() = 0;
 };
 
-// An open grpc.health.v1 Watch call, told when the serving status changes.
+// An open grpc.health.v1 Watch call, told when the serving status or the stopping flag changes
+// (it reads both from SharedState).
 class HealthWatcher {
  public:
   virtual ~HealthWatcher() = default;
-  virtual void OnHealthChanged(int status) = 0;
+  virtual void OnHealthChanged() = 0;
 };
 
 class Worker {
@@ -126,7 +127,7 @@ class Worker {
   std::deque<DeferredRead*> deferred_;
   std::vector<Flushable*> flush_;
   std::vector<HealthWatcher*> watchers_;
-  int last_health_seen_ = -1;
+  int last_health_seen_ = -1;  // health * 2 + stopping
 
   WakeTarget wake_target_;
   CallTag wake_tag_{&wake_target_, kWakeEvent};

@@ -1,0 +1,100 @@
+#include "tests/support/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/blockread_client.h"
+
+namespace blockread::testing {
+
+std::string ServerBinary() { return BLOCKREAD_SERVER_BINARY; }
+std::string CliBinary() { return BLOCKREAD_CLI_BINARY; }
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
+                                                                    const std::string& log_path,
+                                                                    int timeout_s) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+  std::unique_ptr<ServerProcess> server(new ServerProcess());
+  server->log_path_ = log_path;
+  args.insert(args.begin(), ServerBinary());
+  args.push_back("--listen=127.0.0.1:0");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (log >= 0) dup2(log, STDERR_FILENO);
+    // Die with the test, whatever happens to it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  server->pid_ = pid;
+  // The first stdout line: "blockread-server: listening on 127.0.0.1:PORT".
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out[0]);
+  const size_t colon = line.rfind(':');
+  if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
+    return absl::InternalError(absl::StrCat("server did not start: '", line, "'; log:\n",
+                                            server->Log()));
+  }
+  server->port_ = std::stoi(line.substr(colon + 1));
+  auto client = client::BlockReadClient::Connect(server->target());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto health = client->Health();
+    if (health.ok() && *health == grpc::health::v1::HealthCheckResponse::SERVING) return server;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("server not SERVING; log:\n", server->Log()));
+}
+
+std::string ServerProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int ServerProcess::Stop(int timeout_s) {
+  if (pid_ < 0) return -1;
+  kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+}  // namespace blockread::testing

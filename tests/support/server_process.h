@@ -1,0 +1,47 @@
+// A real blockread-server process for tests: started on 127.0.0.1 with a free port, stopped with
+// SIGTERM (exit status checked), killed if the test ends first.
+#ifndef BLOCKREAD_TESTS_SUPPORT_SERVER_PROCESS_H_
+#define BLOCKREAD_TESTS_SUPPORT_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace blockread::testing {
+
+class ServerProcess {
+ public:
+  // Starts the server binary with `args` plus --listen=127.0.0.1:0 and waits until it prints its
+  // port and answers health SERVING (at most `timeout_s`). stderr goes to `log_path`.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(std::vector<std::string> args,
+                                                             const std::string& log_path,
+                                                             int timeout_s = 60);
+  ~ServerProcess();
+
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // The server's stderr so far.
+  std::string Log() const;
+
+  // SIGTERM, then waits (at most `timeout_s`); returns the exit status (-1: killed by a signal or
+  // timed out).
+  int Stop(int timeout_s = 60);
+
+ private:
+  ServerProcess() = default;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+// Where the built binaries are (set by CMake).
+std::string ServerBinary();
+std::string CliBinary();
+
+}  // namespace blockread::testing
+
+#endif  // BLOCKREAD_TESTS_SUPPORT_SERVER_PROCESS_H_
