@@ -155,6 +155,7 @@ int Main(int argc, char** argv) {
       "blockread: read files from a blockread server, and look at how it serves them.\n"
       "Exit codes: 0 ok, 1 error, 2 usage, 3 server unreachable, 4 not found, 5 bad range."};
   app.require_subcommand(1);
+  app.fallthrough();  // --target and --timeout-ms also after the subcommand
   std::string target = "127.0.0.1:7420";
   int timeout_ms = 10000;
   app.add_option("--target", target, "Server address host:port")->capture_default_str();

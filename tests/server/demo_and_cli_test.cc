@@ -1,0 +1,228 @@
+// The embedded default (no source: the demo device under --data-dir), the blockread CLI's
+// messages and exit codes, and a storm of cancelled and expiring reads.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/blockread_client.h"
+#include "gtest/gtest.h"
+#include "storage/manifest.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/map_reader.h"
+#include "tests/support/server_process.h"
+
+namespace blockread {
+namespace {
+
+using client::BlockReadClient;
+using testing::ServerProcess;
+using testing::TempDir;
+
+class DemoServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"},
+                                       dir_.path() + "/server.log");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = BlockReadClient::Connect(server_->target());
+    // The reference: the demo manifest, read straight from the demo device file.
+    ASSERT_TRUE(storage::LoadManifest(dir_.path() + "/data/demo.manifest", reference_).ok());
+  }
+  void TearDown() override {
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop(), 0) << server_->Log();
+    }
+  }
+  std::string Expected(const std::string& file, uint64_t offset, uint64_t length) {
+    auto bytes = testing::ReadThroughMap(reference_, **reference_.Resolve(file), offset, length);
+    return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : "<unreadable>";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<BlockReadClient> client_;
+  storage::Catalog reference_;
+};
+
+TEST_F(DemoServerTest, ServesTheDemoFilesWholeAndInPieces) {
+  auto files = client_->List();
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::vector<std::string> names;
+  for (const v1::FileInfo& f : *files) names.push_back(f.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"fragmented", "hello.txt", "large", "random-4m",
+                                             "sparse"}));
+  for (const v1::FileInfo& f : *files) {
+    // Whole file, 1 MiB at a time (large is bigger than max_read_bytes).
+    for (uint64_t offset = 0; offset < f.size(); offset += 1 << 20) {
+      auto read = client_->Read(f.name(), offset, 1 << 20);
+      ASSERT_TRUE(read.ok()) << f.name() << ": " << read.status();
+      ASSERT_EQ(read->data(), Expected(f.name(), offset, 1 << 20)) << f.name() << "@" << offset;
+    }
+  }
+  auto hello = client_->Read("hello.txt", 0, 4096);
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->data().rfind("Hello from blockread!", 0), 0u);
+  EXPECT_EQ(client_->Read("large", 0, (1 << 20) + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto fragmented = client_->Stat("fragmented");
+  ASSERT_TRUE(fragmented.ok());
+  EXPECT_EQ(fragmented->extent_count(), 64u);
+  auto sparse = client_->Explain("sparse", 300 * 1024, 4096);
+  ASSERT_TRUE(sparse.ok());
+  EXPECT_EQ(sparse->fallback(), v1::FALLBACK_NOT_MAPPED);
+}
+
+TEST_F(DemoServerTest, RestartReusesTheDemoDevice) {
+  auto before = client_->Read("random-4m", 12345, 1000);
+  ASSERT_TRUE(before.ok());
+  ASSERT_EQ(server_->Stop(), 0);
+  auto again = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"},
+                                    dir_.path() + "/server2.log");
+  ASSERT_TRUE(again.ok()) << again.status();
+  server_ = *std::move(again);
+  EXPECT_EQ(server_->Log().find("creating the demo device"), std::string::npos);
+  auto after = BlockReadClient::Connect(server_->target())->Read("random-4m", 12345, 1000);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->data(), before->data());
+}
+
+// Thousands of reads cancelled or expiring at random points, on unary calls and on streams:
+// the server stays healthy, frees nothing under the kernel (ASan/TSan builds check that), and
+// answers normal reads correctly afterwards.
+TEST_F(DemoServerTest, CancellationStorm) {
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      auto client = BlockReadClient::Connect(server_->target());
+      const char* files[] = {"random-4m", "large", "fragmented", "sparse"};
+      for (int i = 0; i < 600; ++i) {
+        const std::string file = files[rng() % 4];
+        const uint64_t offset = (rng() % 1024) * 1024;
+        const uint64_t length = rng() % 2 ? 4096 : 1 + rng() % (512 * 1024);
+        v1::ReadBlockRequest request;
+        request.set_file(file);
+        request.set_offset(offset);
+        request.set_length(length);
+        grpc::ClientContext context;
+        // Deadlines from already past to a few hundred microseconds: some expire before the
+        // read starts, some while it is on the device, some after.
+        context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::microseconds(rng() % 400));
+        v1::ReadBlockResponse response;
+        grpc::Status status = client->stub().ReadBlock(&context, request, &response);
+        if (status.ok() && response.data() != Expected(file, offset, length)) ++wrong;
+      }
+      // Streams cancelled mid-flight.
+      for (int s = 0; s < 30; ++s) {
+        auto stream = client->OpenStream();
+        v1::ReadBlocksRequest request;
+        for (int j = 0; j < 64; ++j) {
+          v1::ReadItem* item = request.add_reads();
+          item->set_tag(j);
+          item->set_file(files[rng() % 4]);
+          item->set_offset((rng() % 512) * 4096);
+          item->set_length(rng() % 2 ? 4096 : 200000);
+        }
+        stream->Send(request);
+        v1::ReadBlocksResponse response;
+        if (rng() % 2) stream->Receive(&response);
+        stream->Cancel();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0) << "a read that succeeded returned wrong bytes";
+  auto health = client_->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
+  auto read = client_->Read("random-4m", 8192, 4096);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->data(), Expected("random-4m", 8192, 4096));
+  // Every read the storm started has finished on the device.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto stats = client_->Stats();
+    ASSERT_TRUE(stats.ok());
+    if (stats->devices(0).inflight() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(client_->Stats()->devices(0).inflight(), 0u);
+}
+
+struct CliResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+CliResult RunCli(const std::string& args) {
+  const std::string command = absl::StrCat(testing::CliBinary(), " ", args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST_F(DemoServerTest, CliMessagesAndExitCodes) {
+  const std::string target = "--target=" + server_->target();
+  CliResult ok = RunCli("read " + target + " hello.txt 0 4k --crc32c");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("Hello from blockread!"), std::string::npos);
+
+  CliResult to_file = RunCli("read " + target + " random-4m 1m 64k -o " + dir_.path() + "/out");
+  EXPECT_EQ(to_file.exit_code, 0) << to_file.output;
+  auto written = testing::ReadFileRange(dir_.path() + "/out", 0, 1 << 20);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(std::string(written->begin(), written->end()), Expected("random-4m", 1 << 20, 65536));
+
+  CliResult missing = RunCli("read " + target + " nope 0 1");
+  EXPECT_EQ(missing.exit_code, 4);
+  EXPECT_EQ(missing.output, "blockread: not found: unknown file 'nope'\n");
+
+  CliResult range = RunCli("read " + target + " hello.txt 1m 1");
+  EXPECT_EQ(range.exit_code, 5);
+  EXPECT_NE(range.output.find("beyond the end of file hello.txt"), std::string::npos);
+
+  CliResult too_big = RunCli("read " + target + " large 0 2m");
+  EXPECT_EQ(too_big.exit_code, 5);
+  EXPECT_NE(too_big.output.find("max_read_bytes"), std::string::npos);
+
+  CliResult explain = RunCli("explain " + target + " fragmented 0 20000");
+  EXPECT_EQ(explain.exit_code, 0) << explain.output;
+  EXPECT_NE(explain.output.find("generic"), std::string::npos);
+
+  for (const char* sub : {"stat " , "ls", "stats", "stats --json", "health"}) {
+    std::string args = absl::StrCat(sub, " ", target);
+    if (std::string(sub) == "stat ") args += " large";
+    CliResult result = RunCli(args);
+    EXPECT_EQ(result.exit_code, 0) << args << ": " << result.output;
+  }
+
+  CliResult usage = RunCli("read");
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+  CliResult help = RunCli("read --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("OFFSET"), std::string::npos) << help.output;
+
+  // A port nobody listens on (the test's own server, stopped).
+  ASSERT_EQ(server_->Stop(), 0);
+  CliResult down = RunCli("health " + target + " --timeout-ms=2000");
+  EXPECT_EQ(down.exit_code, 3) << down.output;
+  EXPECT_EQ(down.output.rfind("blockread: cannot reach the server at " + server_->target(), 0),
+            0u)
+      << down.output;
+  EXPECT_EQ(std::count(down.output.begin(), down.output.end(), '\n'), 1) << "one line";
+  server_.reset();
+}
+
+}  // namespace
+}  // namespace blockread
