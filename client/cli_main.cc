@@ -132,9 +132,8 @@ void PrintStats(const v1::GetStatsResponse& stats) {
   printf("%-8s %12s %10s %12s %10s %10s %8s %8s\n", "path", "reads", "IOPS(avg)", "MiB/s(avg)",
          "p50", "p99", "share", "errors");
   for (const v1::PathStats& p : stats.paths()) {
-    printf("%-8s %12lu %10.0f %12.2f %9.1fus %9.1fus %7.1f%% %8lu\n", PathName(p.path()),
-           p.reads(), uptime > 0 ? p.reads() / uptime : 0.0,
-           uptime > 0 ? p.bytes() / uptime / (1 << 20) : 0.0,
+    printf("%-8s %12lu %10.0f %12.2f %9.1fus %9.1fus %7.1f%% %8lu\n", PathName(p.path()), p.reads(),
+           uptime > 0 ? p.reads() / uptime : 0.0, uptime > 0 ? p.bytes() / uptime / (1 << 20) : 0.0,
            Percentile(p.total_latency(), 0.5) / 1000, Percentile(p.total_latency(), 0.99) / 1000,
            total_reads ? 100.0 * p.reads() / total_reads : 0.0, p.errors());
   }
@@ -238,10 +237,11 @@ int Main(int argc, char** argv) {
   if (*stat) {
     auto info = client->Stat(file);
     if (!info.ok()) return Fail(info.status(), target);
-    printf("name:        %s\nsize:        %lu\nblock size:  %u\nextents:     %lu\nsource:      "
-           "%s\ndevices:    ",
-           info->name().c_str(), info->size(), info->block_size(), info->extent_count(),
-           SourceName(info->source()).c_str());
+    printf(
+        "name:        %s\nsize:        %lu\nblock size:  %u\nextents:     %lu\nsource:      "
+        "%s\ndevices:    ",
+        info->name().c_str(), info->size(), info->block_size(), info->extent_count(),
+        SourceName(info->source()).c_str());
     for (const std::string& d : info->devices()) printf(" %s", d.c_str());
     printf("\n");
     return 0;

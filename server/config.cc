@@ -96,18 +96,18 @@ absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
     std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(part, '-');
     int first = 0, last = 0;
     if (!absl::SimpleAtoi(range.first, &first) ||
-        !absl::SimpleAtoi(range.second.empty() ? range.first : range.second, &last) ||
-        first < 0 || last < first || last >= CPU_SETSIZE) {
-      return absl::InvalidArgumentError(absl::StrCat("--cpus: bad element '", part, "' in '",
-                                                     list, "' (expected e.g. 0-3,6)"));
+        !absl::SimpleAtoi(range.second.empty() ? range.first : range.second, &last) || first < 0 ||
+        last < first || last >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cpus: bad element '", part, "' in '", list, "' (expected e.g. 0-3,6)"));
     }
     for (int cpu = first; cpu <= last; ++cpu) cpus.insert(cpu);
   }
   for (int cpu : cpus) {
     if (std::find(allowed.begin(), allowed.end(), cpu) == allowed.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--cpus: CPU %d is not in this process's affinity mask (%s)", cpu,
-          absl::StrJoin(allowed, ",")));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--cpus: CPU %d is not in this process's affinity mask (%s)", cpu,
+                          absl::StrJoin(allowed, ",")));
     }
   }
   return std::vector<int>(cpus.begin(), cpus.end());
@@ -132,8 +132,7 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   for (const std::string& spec : config.device()) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device: '", spec, "' is not NAME=PATH"));
+      return absl::InvalidArgumentError(absl::StrCat("--device: '", spec, "' is not NAME=PATH"));
     }
   }
   if (absl::Status cpus = ParseCpuList(config.cpus()).status(); !cpus.ok()) return cpus;

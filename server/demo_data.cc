@@ -47,7 +47,8 @@ std::vector<DemoFile> Layout() {
   for (uint64_t i = 0; i < 64; ++i) {
     // Piece i of the file sits at the (63 - i)-th slot, with a gap between slots: no two pieces
     // are adjacent on the device.
-    fragmented.extents.push_back({i * 16 * kKiB, 16 * kKiB, false, 8 * kMiB + (63 - i) * 32 * kKiB});
+    fragmented.extents.push_back(
+        {i * 16 * kKiB, 16 * kKiB, false, 8 * kMiB + (63 - i) * 32 * kKiB});
   }
   files.push_back(fragmented);
   files.push_back({"large", 16 * kMiB, {{0, 16 * kMiB, false, 16 * kMiB}}});
@@ -61,7 +62,8 @@ constexpr char kHello[] =
 
 absl::Status WriteDevice(const std::string& path) {
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", strerror(errno)));
   std::vector<char> chunk(kMiB);
   uint64_t x = 0x9E3779B97F4A7C15ULL;
   bool ok = true;
@@ -89,7 +91,8 @@ absl::Status WriteDevice(const std::string& path) {
 std::string ManifestText(const std::string& device_path, uint32_t block_size) {
   std::string out = absl::StrCat(
       "# The blockread demo: files laid out on a regular file used as a device.\n"
-      "device { name: \"demo\" path: \"", device_path, "\" }\n");
+      "device { name: \"demo\" path: \"",
+      device_path, "\" }\n");
   for (DemoFile file : Layout()) {
     if (file.name == "hello.txt") {
       file.size = sizeof(kHello) - 1;
@@ -124,7 +127,8 @@ absl::Status AddDemoData(const std::string& data_dir, storage::Catalog& catalog)
   }
   const std::string device = fs::absolute(fs::path(data_dir) / "demo-device.img").string();
   const std::string manifest = (fs::path(data_dir) / "demo.manifest").string();
-  if (!fs::exists(manifest) || !fs::exists(device) || fs::file_size(device, error) != kDeviceBytes) {
+  if (!fs::exists(manifest) || !fs::exists(device) ||
+      fs::file_size(device, error) != kDeviceBytes) {
     storage::LogInfo(absl::StrCat("creating the demo device under ", data_dir));
     if (absl::Status s = WriteDevice(device); !s.ok()) return s;
     auto opened = storage::Device::Open("demo", device);

@@ -85,9 +85,8 @@ class WatchCall final : public Call, public HealthWatcher {
   enum Event : uint8_t { kRequest, kWrite, kFinish, kDone };
   explicit WatchCall(Worker* worker) : worker_(worker), stream_(&context_) {
     context_.AsyncNotifyWhenDone(&done_tag_);
-    worker_->shared().health_service.RequestWatch(&context_, &request_, &stream_,
-                                                  worker_->queue(), worker_->queue(),
-                                                  &request_tag_);
+    worker_->shared().health_service.RequestWatch(&context_, &request_, &stream_, worker_->queue(),
+                                                  worker_->queue(), &request_tag_);
   }
 
   // With no write in flight: send the current status if the client has not seen it; once the

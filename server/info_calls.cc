@@ -1,7 +1,5 @@
 #include "server/info_calls.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <set>
 
@@ -10,6 +8,7 @@
 #include "server/proto_conversions.h"
 #include "server/status_mapping.h"
 #include "server/unary_call.h"
+#include "storage/clock.h"
 #include "storage/read_path.h"
 
 namespace blockread::server {
@@ -21,12 +20,6 @@ constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
 // Explain lists at most this many extents (a range of a very fragmented file could touch more).
 constexpr int kMaxExplainedExtents = 4096;
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 void HistogramToProto(const storage::HistogramSnapshot& in, v1::Histogram* out) {
   for (int i = 0; i < storage::LatencyBuckets::kCount; ++i) {
@@ -89,8 +82,8 @@ std::string DescribeDecision(const storage::FileMap& map, const storage::PathDec
                              simple_max_bytes);
     case FallbackReason::kUnaligned:
       return absl::StrFormat(
-          "generic: offset %u or length %u is not a multiple of the block size %u", offset,
-          length, map.block_size());
+          "generic: offset %u or length %u is not a multiple of the block size %u", offset, length,
+          map.block_size());
     case FallbackReason::kBeyondEof:
       return absl::StrFormat("generic: the read runs past the end of the file (%u bytes)",
                              map.size());
@@ -107,8 +100,7 @@ std::string DescribeDecision(const storage::FileMap& map, const storage::PathDec
 grpc::Status Explain(Worker& worker, const v1::ExplainRequest& request,
                      v1::ExplainResponse* response) {
   const storage::EngineConfig config = EngineConfigFrom(worker.shared().config);
-  if (absl::Status valid =
-          storage::ValidateReadRange(config, request.offset(), request.length());
+  if (absl::Status valid = storage::ValidateReadRange(config, request.offset(), request.length());
       !valid.ok()) {
     return ToGrpcStatus(valid);
   }
@@ -185,7 +177,8 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   }
   for (int r = 0; r < storage::kFallbackReasonCount; ++r) {
     v1::FallbackCount* out = response.add_fallbacks();
-    out->set_reason(ToProto(storage::ReadPathKind::kGeneric, static_cast<storage::FallbackReason>(r)));
+    out->set_reason(
+        ToProto(storage::ReadPathKind::kGeneric, static_cast<storage::FallbackReason>(r)));
     out->set_count(snapshot.fallbacks[r]);
   }
   for (storage::DeviceId id = 0; id < shared.catalog.device_count(); ++id) {
@@ -204,7 +197,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       out->set_poll_mode(iopoll == 0 ? "interrupt" : interrupt == 0 ? "iopoll" : "mixed");
     }
   }
-  response.set_uptime_ns(NowNs() - shared.start_ns);
+  response.set_uptime_ns(storage::MonotonicNowNs() - shared.start_ns);
   return response;
 }
 

@@ -1,22 +1,15 @@
 #include "server/read_calls.h"
 
-#include <time.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
 #include "client/crc32c.h"
 #include "server/proto_conversions.h"
 #include "server/status_mapping.h"
+#include "storage/clock.h"
 
 namespace blockread::server {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Fills the fields ReadBlockResponse and ReadResult share from a successful engine result.
 template <typename Message>
@@ -29,7 +22,7 @@ void FillFromResult(Message& message, const storage::ReadResult& result, bool wa
   v1::ServerTiming* timing = message.mutable_timing();
   timing->set_queue_ns(started_ns - arrival_ns);
   timing->set_device_ns(result.device_ns);
-  timing->set_total_ns(NowNs() - arrival_ns);
+  timing->set_total_ns(storage::MonotonicNowNs() - arrival_ns);
 }
 
 absl::Status QueueFull(Worker& worker) {
@@ -61,7 +54,7 @@ void ReadBlockCall::OnEvent(uint8_t event, bool ok) {
       }
       if (worker_->accepting_operations()) Post(worker_);
       done_pending_ = true;
-      arrival_ns_ = NowNs();
+      arrival_ns_ = storage::MonotonicNowNs();
       absl::Status started = TryStart();
       if (absl::IsResourceExhausted(started)) {
         if (worker_->Defer(this)) {
@@ -90,7 +83,7 @@ void ReadBlockCall::OnEvent(uint8_t event, bool ok) {
 }
 
 absl::Status ReadBlockCall::TryStart() {
-  started_ns_ = NowNs();
+  started_ns_ = storage::MonotonicNowNs();
   absl::Status status = worker_->engine().StartRead(request_.file(), request_.offset(),
                                                     request_.length(), &OnReadDone, this);
   if (status.ok()) read_in_flight_ = true;
@@ -170,7 +163,7 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
         MaybeDelete();
         return;
       }
-      const uint64_t arrival_ns = NowNs();
+      const uint64_t arrival_ns = storage::MonotonicNowNs();
       for (const v1::ReadItem& item : incoming_.reads()) StartItem(item, arrival_ns);
       // Backpressure: while reads wait for slots, stop reading the stream (HTTP/2 flow control
       // then slows the client); the last deferred read to start resumes reading.
@@ -243,7 +236,7 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
 }
 
 absl::Status ReadBlocksCall::TryStart(StreamRead& read) {
-  read.started_ns = NowNs();
+  read.started_ns = storage::MonotonicNowNs();
   absl::Status status = worker_->engine().StartRead(read.item.file(), read.item.offset(),
                                                     read.item.length(), &OnReadDone, &read);
   if (status.ok()) ++in_flight_;
@@ -306,8 +299,7 @@ void ReadBlocksCall::Flush() {
 }
 
 void ReadBlocksCall::MaybeWrite() {
-  if (writing_ || outgoing_.results_size() == 0 || cancelled_ ||
-      !worker_->accepting_operations()) {
+  if (writing_ || outgoing_.results_size() == 0 || cancelled_ || !worker_->accepting_operations()) {
     return;
   }
   // Everything gathered goes in one message, unless that would pass the message size limit:

@@ -91,8 +91,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   grpc::ServerContext context_;
   grpc::ServerAsyncReaderWriter<v1::ReadBlocksResponse, v1::ReadBlocksRequest> stream_;
   v1::ReadBlocksRequest incoming_;
-  v1::ReadBlocksResponse outgoing_;   // results gathered since the last write
-  v1::ReadBlocksResponse in_write_;   // the message being written
+  v1::ReadBlocksResponse outgoing_;  // results gathered since the last write
+  v1::ReadBlocksResponse in_write_;  // the message being written
   uint64_t outgoing_bytes_ = 0;
   CallTag request_tag_{this, kRequest};
   CallTag read_tag_{this, kRead};

@@ -3,7 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
-#include <time.h>
 
 #include <chrono>
 
@@ -12,19 +11,12 @@
 #include "server/config.h"
 #include "server/demo_data.h"
 #include "server/worker.h"
+#include "storage/clock.h"
 #include "storage/log.h"
 #include "storage/manifest.h"
 
 namespace blockread::server {
-namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catalog& catalog) {
   for (const std::string& spec : config.device()) {
@@ -56,7 +48,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
 
   server->shared_ = std::make_unique<SharedState>(server->config_, server->catalog_);
   SharedState& shared = *server->shared_;
-  shared.start_ns = NowNs();
+  shared.start_ns = storage::MonotonicNowNs();
   if (server->config_.reflection()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->config_.listen(), grpc::InsecureServerCredentials(),
@@ -77,13 +69,13 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   for (size_t i = 0; i < cpus->size(); ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", server->config_.listen(),
-        " (address in use, or not an address of this machine?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", server->config_.listen(),
+                     " (address in use, or not an address of this machine?)"));
   }
   for (size_t i = 0; i < cpus->size(); ++i) {
-    server->workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), (*cpus)[i], shared,
-                                                        std::move(queues[i])));
+    server->workers_.push_back(
+        std::make_unique<Worker>(static_cast<int>(i), (*cpus)[i], shared, std::move(queues[i])));
     shared.workers.push_back(server->workers_.back().get());
   }
   for (Worker* worker : shared.workers) worker->Start();

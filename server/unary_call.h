@@ -46,7 +46,10 @@ class UnaryCall final : public Call {
  private:
   enum Event : uint8_t { kRequest, kFinish };
   UnaryCall(Worker* worker, Service* service, RequestMethod method, Handler handler)
-      : worker_(worker), service_(service), method_(method), handler_(handler),
+      : worker_(worker),
+        service_(service),
+        method_(method),
+        handler_(handler),
         responder_(&context_) {
     (service_->*method_)(&context_, &request_, &responder_, worker_->queue(), worker_->queue(),
                          &request_tag_);

@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 
@@ -11,16 +10,11 @@
 #include "server/health_calls.h"
 #include "server/info_calls.h"
 #include "server/read_calls.h"
+#include "storage/clock.h"
 #include "storage/log.h"
 
 namespace blockread::server {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // While reads are in flight the loop spins on the io_uring CQ (user memory, cheap) and looks at
 // gRPC's queue only this often: each look polls the sockets, which costs microseconds.
@@ -36,7 +30,9 @@ Worker::Worker(int index, int cpu, SharedState& shared,
 
 Worker::~Worker() { Join(); }
 
-void Worker::Start() { thread_ = std::thread([this] { Run(); }); }
+void Worker::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 absl::Status Worker::WaitUntilReady() {
   ready_.WaitForNotification();
@@ -79,9 +75,9 @@ void Worker::Run() {
     // The ring must be created on the thread that submits to it (IORING_SETUP_SINGLE_ISSUER).
     auto engine = storage::EngineContext::Create(shared_.catalog, EngineConfigFrom(shared_.config));
     if (!engine.ok()) {
-      start_error_ = absl::Status(engine.status().code(),
-                                  absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_,
-                                                  engine.status().message()));
+      start_error_ = absl::Status(
+          engine.status().code(),
+          absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_, engine.status().message()));
     } else {
       engine_ = *std::move(engine);
       stats_.store(&engine_->stats(), std::memory_order_release);
@@ -151,7 +147,7 @@ void Worker::Loop() {
   uint64_t idle_since = 0;
   uint64_t last_grpc_look = 0;
   bool queue_drained = false;
-  uint64_t turn_start = NowNs();
+  uint64_t turn_start = storage::MonotonicNowNs();
   for (;;) {
     int work = engine_->PollOnce();
     work += RetryDeferred();
@@ -190,7 +186,7 @@ void Worker::Loop() {
     }
     if (queue_drained) return;
 
-    const uint64_t now = NowNs();
+    const uint64_t now = storage::MonotonicNowNs();
     if (work > 0) {
       counters_.busy_ns.Add(now - turn_start);
     } else {
@@ -209,14 +205,13 @@ void Worker::Loop() {
     // work, so sleep on gRPC's queue. An idle server uses no CPU.
     void* tag;
     bool ok;
-    const auto status =
-        queue_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    const auto status = queue_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_MONOTONIC));
     if (status == grpc::CompletionQueue::GOT_EVENT) {
       Dispatch(tag, ok);
     } else if (status == grpc::CompletionQueue::SHUTDOWN) {
       return;
     }
-    const uint64_t woke = NowNs();
+    const uint64_t woke = storage::MonotonicNowNs();
     counters_.idle_ns.Add(woke - turn_start);
     turn_start = woke;
     idle_since = 0;

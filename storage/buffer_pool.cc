@@ -19,8 +19,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(size_t count, siz
   void* base = mmap(nullptr, pool->total_bytes(), PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) {
-    return PosixError(errno, absl::StrFormat("mapping %u I/O buffers of %u bytes", count,
-                                             pool->buffer_bytes_));
+    return PosixError(
+        errno, absl::StrFormat("mapping %u I/O buffers of %u bytes", count, pool->buffer_bytes_));
   }
   pool->base_ = static_cast<char*>(base);
   return pool;

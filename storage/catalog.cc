@@ -233,8 +233,8 @@ absl::StatusOr<FileMapRef> Catalog::Reimport(absl::string_view name, FileEntry& 
         name, entry.source_path));
   }
   FileIdentity identity;
-  auto map = BuildImportedMap(std::string(name), entry.source_path, /*may_add_devices=*/false,
-                              &identity);
+  auto map =
+      BuildImportedMap(std::string(name), entry.source_path, /*may_add_devices=*/false, &identity);
   if (!map.ok()) return map.status();
   entry.imported_map = std::make_shared<const FileMap>(*std::move(map));
   entry.identity = identity;

@@ -74,15 +74,16 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::string name, std::stri
     return PosixError(errno, absl::StrCat("device ", device->name_, ": cannot open ", p));
   }
   if (!S_ISBLK(st.st_mode) && !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", device->name_, ": ", p,
-                                                   " is neither a block device nor a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device ", device->name_, ": ", p, " is neither a block device nor a regular file"));
   }
 
   int fd = open(p.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) {
     if (errno == EINVAL) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device ", device->name_, ": ", p, " does not support O_DIRECT (its filesystem refuses it)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", device->name_, ": ", p,
+                       " does not support O_DIRECT (its filesystem refuses it)"));
     }
     return PosixError(errno, absl::StrCat("device ", device->name_, ": cannot open ", p));
   }
@@ -111,8 +112,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::string name, std::stri
     device->logical_block_size_ = RegularFileDirectIoAlignment(fd, st);
   }
 
-  if (device->kind_ != DeviceKind::kFileRoute &&
-      device->size_ % device->logical_block_size_ != 0) {
+  if (device->kind_ != DeviceKind::kFileRoute && device->size_ % device->logical_block_size_ != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "device %s: size of %s (%u bytes) is not a multiple of its logical block size (%u bytes)",
         device->name_, p, device->size_, device->logical_block_size_));

@@ -44,16 +44,16 @@ absl::StatusOr<FileMap> FileMap::Create(std::string name, uint64_t size, uint32_
   for (size_t i = 0; i < extents.size(); ++i) {
     const Extent& e = extents[i];
     auto problem = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "file %s: extent %d [%u, +%u): %s", name, i, e.logical_offset, e.length, what));
+      return absl::InvalidArgumentError(absl::StrFormat("file %s: extent %d [%u, +%u): %s", name, i,
+                                                        e.logical_offset, e.length, what));
     };
     if (e.length == 0) return problem("has zero length");
     if (e.logical_offset > std::numeric_limits<uint64_t>::max() - e.length) {
       return problem("overflows the 64-bit offset space");
     }
     if (i > 0 && e.logical_offset < previous_end) {
-      return problem(absl::StrFormat("overlaps or precedes the extent before it (ends at %u)",
-                                     previous_end));
+      return problem(
+          absl::StrFormat("overlaps or precedes the extent before it (ends at %u)", previous_end));
     }
     if (e.logical_offset >= rounded_size) {
       return problem(absl::StrFormat("starts at or beyond the file size %u", size));
@@ -83,8 +83,8 @@ std::string ExtentProblem(const Extent& extent, uint64_t device_size, uint32_t d
                            extent.logical_offset, device_block_size);
   }
   if (extent.length % device_block_size != 0) {
-    return absl::StrFormat("length %u is not a multiple of the device block size %u",
-                           extent.length, device_block_size);
+    return absl::StrFormat("length %u is not a multiple of the device block size %u", extent.length,
+                           device_block_size);
   }
   if (extent.type == ExtentType::kHole) return "";
   if (extent.physical_offset % device_block_size != 0) {

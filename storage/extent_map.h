@@ -69,9 +69,9 @@ class FileMap {
   // REQUIRES: offset < size().
   Extent Lookup(uint64_t offset) const {
     // First stored extent starting after `offset`; the one before it may cover `offset`.
-    auto next = std::upper_bound(
-        extents_.begin(), extents_.end(), offset,
-        [](uint64_t value, const Extent& e) { return value < e.logical_offset; });
+    auto next =
+        std::upper_bound(extents_.begin(), extents_.end(), offset,
+                         [](uint64_t value, const Extent& e) { return value < e.logical_offset; });
     uint64_t gap_start = 0;
     if (next != extents_.begin()) {
       const Extent& candidate = *(next - 1);

@@ -113,8 +113,8 @@ absl::StatusOr<DiskLocation> LocateOnDisk(dev_t device) {
   const std::string base = absl::StrFormat("/sys/dev/block/%u:%u", major(device), minor(device));
   char resolved[PATH_MAX];
   if (realpath(base.c_str(), resolved) == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("no block device %u:%u in sysfs (%s)", major(device),
-                                               minor(device), base));
+    return absl::NotFoundError(
+        absl::StrFormat("no block device %u:%u in sysfs (%s)", major(device), minor(device), base));
   }
   DiskLocation location;
   std::string disk_dir = resolved;
@@ -152,7 +152,7 @@ absl::StatusOr<DiskLocation> LocateOnDisk(dev_t device) {
 
 namespace {
 absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::string& path,
-                                                                  int replacements_left);
+                                                                 int replacements_left);
 }  // namespace
 
 absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
@@ -161,7 +161,7 @@ absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
 
 namespace {
 absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::string& path,
-                                                                  int replacements_left) {
+                                                                 int replacements_left) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return PosixError(errno, absl::StrCat("open ", path));
   absl::Cleanup close_fd = [fd] { close(fd); };
@@ -258,8 +258,9 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::stri
     }
   }
   return absl::UnavailableError(
-      absl::StrCat(path, " kept changing while its extents were mapped; try again when it is "
-                         "not being written"));
+      absl::StrCat(path,
+                   " kept changing while its extents were mapped; try again when it is "
+                   "not being written"));
 }
 }  // namespace
 

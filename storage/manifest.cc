@@ -79,14 +79,15 @@ absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog) {
     const v1::ManifestDevice& spec = manifest.device(i);
     const int line = LineOf(&tree, v1::Manifest::descriptor(), "device", i);
     if (spec.name().empty()) return error_at(line, "device has no name");
-    if (spec.path().empty()) return error_at(line, absl::StrCat("device '", spec.name(), "' has no path"));
+    if (spec.path().empty())
+      return error_at(line, absl::StrCat("device '", spec.name(), "' has no path"));
     if (device_ids.contains(spec.name()) || catalog.FindDevice(spec.name())) {
       return error_at(line, absl::StrCat("duplicate device name '", spec.name(), "'"));
     }
     auto device = Device::Open(spec.name(), spec.path());
     if (!device.ok()) {
-      return absl::Status(device.status().code(), absl::StrCat(manifest_path, ":", line, ": ",
-                                                               device.status().message()));
+      return absl::Status(device.status().code(),
+                          absl::StrCat(manifest_path, ":", line, ": ", device.status().message()));
     }
     device_ids[spec.name()] = first_id + static_cast<DeviceId>(devices.size());
     devices.push_back(*std::move(device));
@@ -99,7 +100,8 @@ absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog) {
   for (int f = 0; f < manifest.file_size(); ++f) {
     const v1::ManifestFile& spec = manifest.file(f);
     const int file_line = LineOf(&tree, v1::Manifest::descriptor(), "file", f);
-    const Tree* file_tree = tree.GetTreeForNested(v1::Manifest::descriptor()->FindFieldByName("file"), f);
+    const Tree* file_tree =
+        tree.GetTreeForNested(v1::Manifest::descriptor()->FindFieldByName("file"), f);
     if (spec.name().empty()) return error_at(file_line, "file has no name");
     const std::string file_prefix = absl::StrCat("file '", spec.name(), "': ");
     if (!file_names.insert(spec.name()).second ||
@@ -154,9 +156,8 @@ absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog) {
       } else {
         auto it = device_ids.find(e.device());
         if (it == device_ids.end()) {
-          return problem(e.device().empty()
-                             ? std::string("names no device")
-                             : absl::StrCat("unknown device '", e.device(), "'"));
+          return problem(e.device().empty() ? std::string("names no device")
+                                            : absl::StrCat("unknown device '", e.device(), "'"));
         }
         extent.device = it->second;
         const Device& device = *devices[it->second - first_id];

@@ -2,9 +2,8 @@
 #ifndef BLOCKREAD_STORAGE_POSIX_STATUS_H_
 #define BLOCKREAD_STORAGE_POSIX_STATUS_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace blockread::storage {
 

@@ -1,11 +1,10 @@
 #include "storage/read_path.h"
 
-#include <time.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "storage/clock.h"
 #include "storage/generic_read.h"
 #include "storage/log.h"
 #include "storage/posix_status.h"
@@ -13,12 +12,6 @@
 
 namespace blockread::storage {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -68,8 +61,8 @@ absl::Status EngineConfig::Validate() const {
         "simple_max_bytes %u must be 0 (off) or a multiple of 512 up to 1 MiB", simple_max_bytes));
   }
   if (max_read_bytes < 4096 || max_read_bytes > (64 << 20)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_read_bytes %u must be between 4 KiB and 64 MiB", max_read_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_read_bytes %u must be between 4 KiB and 64 MiB", max_read_bytes));
   }
   if (max_io_bytes < 4096 || max_io_bytes % 4096 != 0 || max_io_bytes > (16 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -188,8 +181,9 @@ absl::Status EngineContext::ProbeIoPoll(DeviceId id) {
   }
   int result = -EIO;
   Ring& ring = *iopoll_ring_;
-  if (!ring.QueueRead(static_cast<int>(id), generic_buffers_->buffer(0), device.logical_block_size(),
-                      0, static_cast<int>(generic_buffer_index_base_), 0) ||
+  if (!ring.QueueRead(static_cast<int>(id), generic_buffers_->buffer(0),
+                      device.logical_block_size(), 0, static_cast<int>(generic_buffer_index_base_),
+                      0) ||
       ring.Submit() < 0) {
     return absl::InternalError("probe submission failed");
   }
@@ -212,16 +206,14 @@ EngineContext::~EngineContext() {
   }
 }
 
-PollMode EngineContext::poll_mode(DeviceId device) const {
-  return ring_of_device_[device]->mode();
-}
+PollMode EngineContext::poll_mode(DeviceId device) const { return ring_of_device_[device]->mode(); }
 
 absl::Status ValidateReadRange(const EngineConfig& config, uint64_t offset, uint64_t length) {
   if (length == 0) return absl::InvalidArgumentError("length must be greater than 0");
   if (length > config.max_read_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "length %u exceeds the largest read allowed, max_read_bytes = %u", length,
-        config.max_read_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("length %u exceeds the largest read allowed, max_read_bytes = %u", length,
+                        config.max_read_bytes));
   }
   if (offset > UINT64_MAX - length) {
     return absl::InvalidArgumentError(
@@ -246,7 +238,7 @@ absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset,
 
 absl::Status EngineContext::StartRead(absl::string_view file, uint64_t offset, uint64_t length,
                                       ReadDoneFn done, void* context) {
-  const uint64_t start_ns = NowNs();
+  const uint64_t start_ns = MonotonicNowNs();
   if (absl::Status valid = ValidateReadRange(config_, offset, length); !valid.ok()) return valid;
   absl::StatusOr<FileMapRef> map = catalog_.Resolve(file);
   if (!map.ok()) return map.status();
@@ -290,9 +282,9 @@ absl::Status EngineContext::StartSimple(const Extent& extent, uint64_t offset, u
   return absl::OkStatus();
 }
 
-absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reason,
-                                         uint64_t offset, uint64_t length, ReadDoneFn done,
-                                         void* context, uint64_t start_ns) {
+absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reason, uint64_t offset,
+                                         uint64_t length, ReadDoneFn done, void* context,
+                                         uint64_t start_ns) {
   if (free_generic_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "all %u generic-path read slots of this worker are busy", config_.generic_slots));
@@ -308,19 +300,18 @@ absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reas
   slot.error = 0;
   slot.short_read = false;
   uint32_t count = 0;
-  const GenericPlan plan =
-      PlanGenericRead(map, offset, length, config_.max_io_bytes, slot.buffer,
-                      [&](const PlannedIo& io) {
-                        IoPiece& piece = slot.pieces[count++];
-                        piece.slot = &slot;
-                        piece.buffer = slot.buffer + io.buffer_offset;
-                        piece.buffer_index = slot.buffer_index;
-                        piece.device = io.device;
-                        piece.physical_offset = io.physical_offset;
-                        piece.length = static_cast<uint32_t>(io.length);
-                        piece.needed = static_cast<uint32_t>(io.needed);
-                        piece.short_read_retries = 0;
-                      });
+  const GenericPlan plan = PlanGenericRead(map, offset, length, config_.max_io_bytes, slot.buffer,
+                                           [&](const PlannedIo& io) {
+                                             IoPiece& piece = slot.pieces[count++];
+                                             piece.slot = &slot;
+                                             piece.buffer = slot.buffer + io.buffer_offset;
+                                             piece.buffer_index = slot.buffer_index;
+                                             piece.device = io.device;
+                                             piece.physical_offset = io.physical_offset;
+                                             piece.length = static_cast<uint32_t>(io.length);
+                                             piece.needed = static_cast<uint32_t>(io.needed);
+                                             piece.short_read_retries = 0;
+                                           });
   slot.data = slot.buffer + plan.data_offset;
   slot.data_length = plan.data_length;
   // All pieces are counted before any is queued, so no completion can see a partial count.
@@ -334,10 +325,9 @@ absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reas
 void EngineContext::QueuePiece(IoPiece& piece) {
   DeviceStats& device = stats_.device(piece.device);
   device.inflight.Add(1);
-  if (!ring_of_device_[piece.device]->QueueRead(static_cast<int>(piece.device), piece.buffer,
-                                                piece.length, piece.physical_offset,
-                                                piece.buffer_index,
-                                                reinterpret_cast<uint64_t>(&piece))) {
+  if (!ring_of_device_[piece.device]->QueueRead(
+          static_cast<int>(piece.device), piece.buffer, piece.length, piece.physical_offset,
+          piece.buffer_index, reinterpret_cast<uint64_t>(&piece))) {
     // The kernel refused a flush of a full SQ: fail this I/O like a device error would.
     OnCompletion(reinterpret_cast<uint64_t>(&piece), -EAGAIN);
   }
@@ -390,7 +380,7 @@ int EngineContext::PollOnce() {
   interrupt_ring_->Reap(on_cqe);
   if (iopoll_ring_) iopoll_ring_->Reap(on_cqe);
   if (ready_.empty()) return 0;
-  const uint64_t now = NowNs();
+  const uint64_t now = MonotonicNowNs();
   // Callbacks may start reads that land in ready_ (reads with no I/O): deliver those next turn.
   const size_t count = ready_.size();
   for (size_t i = 0; i < count; ++i) Deliver(*ready_[i], now);
@@ -414,15 +404,14 @@ void EngineContext::Deliver(Slot& slot, uint64_t now_ns) {
   } else {
     path.errors.Add(1);
     const Device& device = catalog_.device(slot.error_device);
-    const std::string where =
-        absl::StrFormat("reading device %s (%s) at offset %u", device.name(), device.path(),
-                        slot.error_physical_offset);
+    const std::string where = absl::StrFormat("reading device %s (%s) at offset %u", device.name(),
+                                              device.path(), slot.error_physical_offset);
     // Device errors are DATA_LOSS whatever the errno: the bytes could not be had from the device
     // (a media or transport error), and retrying elsewhere will not help; the message keeps the
     // errno text.
-    result.status = absl::DataLossError(
-        slot.short_read ? absl::StrCat("short read ", where)
-                        : std::string(PosixError(slot.error, where).message()));
+    result.status =
+        absl::DataLossError(slot.short_read ? absl::StrCat("short read ", where)
+                                            : std::string(PosixError(slot.error, where).message()));
   }
   path.device_ns.Record(result.device_ns);
   path.total_ns.Record(result.total_ns);

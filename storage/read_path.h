@@ -130,8 +130,8 @@ class EngineContext {
   explicit EngineContext(Catalog& catalog, const EngineConfig& config);
   absl::Status Init();
   absl::Status ProbeIoPoll(DeviceId device);
-  absl::Status StartSimple(const Extent& extent, uint64_t offset, uint64_t length,
-                           ReadDoneFn done, void* context, uint64_t start_ns);
+  absl::Status StartSimple(const Extent& extent, uint64_t offset, uint64_t length, ReadDoneFn done,
+                           void* context, uint64_t start_ns);
   absl::Status StartGeneric(const FileMap& map, FallbackReason reason, uint64_t offset,
                             uint64_t length, ReadDoneFn done, void* context, uint64_t start_ns);
   void QueuePiece(IoPiece& piece);

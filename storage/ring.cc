@@ -43,12 +43,13 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(const Options& options) {
   if (result == -EINVAL) {
     // A kernel older than 6.0 lacks SINGLE_ISSUER; the ring works without it.
     params = {};
-    params.flags = IORING_SETUP_CQSIZE |
-                   (options.mode == PollMode::kIoPoll ? IORING_SETUP_IOPOLL : 0);
+    params.flags =
+        IORING_SETUP_CQSIZE | (options.mode == PollMode::kIoPoll ? IORING_SETUP_IOPOLL : 0);
     params.cq_entries = options.cq_entries;
     result = io_uring_queue_init_params(options.sq_entries, &ring->ring_, &params);
   }
-  if (result == -ENOSYS || result == -EPERM || result == -EACCES) return IoUringUnavailable(-result);
+  if (result == -ENOSYS || result == -EPERM || result == -EACCES)
+    return IoUringUnavailable(-result);
   if (result < 0) return PosixError(-result, "io_uring_setup");
   ring->initialized_ = true;
   return ring;

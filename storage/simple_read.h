@@ -16,8 +16,7 @@ namespace blockread::storage {
 // false and why not (the fallback is not an error: the generic path serves the read).
 // REQUIRES: length > 0 and offset < map.size() (the dispatcher validated the request).
 inline bool SimpleReadEligible(const FileMap& map, uint64_t offset, uint64_t length,
-                               uint64_t simple_max_bytes, Extent* extent,
-                               FallbackReason* reason) {
+                               uint64_t simple_max_bytes, Extent* extent, FallbackReason* reason) {
   if (simple_max_bytes == 0) {
     *reason = FallbackReason::kDisabled;
     return false;

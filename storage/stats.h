@@ -1,7 +1,8 @@
 // Per-path statistics. Each worker owns one StatsShard and is its only writer; any thread may read
 // shards and merge them into a StatsSnapshot. The writer never takes a lock and never does an
 // atomic read-modify-write: every field is an atomic word updated with a relaxed load and a
-// relaxed store (the single writer makes that exact), so readers see whole, if slightly old, values.
+// relaxed store (the single writer makes that exact), so readers see whole, if slightly old,
+// values.
 #ifndef BLOCKREAD_STORAGE_STATS_H_
 #define BLOCKREAD_STORAGE_STATS_H_
 
@@ -19,13 +20,13 @@ const char* ReadPathName(ReadPathKind path);
 
 // Why a read did not take the simple path (the -ENOTBLK of the seeds).
 enum class FallbackReason : uint8_t {
-  kDisabled = 0,   // simple_max_bytes == 0
-  kTooLarge,       // length > simple_max_bytes
-  kUnaligned,      // offset or length not a multiple of the file's block size
-  kBeyondEof,      // the read runs past the end of the file (short read)
-  kNotMapped,      // the range is a hole or unwritten extent
-  kSpansExtents,   // the range crosses an extent boundary
-  kFileRoute,      // the file is served through the file itself
+  kDisabled = 0,  // simple_max_bytes == 0
+  kTooLarge,      // length > simple_max_bytes
+  kUnaligned,     // offset or length not a multiple of the file's block size
+  kBeyondEof,     // the read runs past the end of the file (short read)
+  kNotMapped,     // the range is a hole or unwritten extent
+  kSpansExtents,  // the range crosses an extent boundary
+  kFileRoute,     // the file is served through the file itself
 };
 inline constexpr int kFallbackReasonCount = 7;
 const char* FallbackReasonName(FallbackReason reason);
@@ -40,7 +41,9 @@ const char* PollModeName(PollMode mode);
 // A counter with a single writer. Add() is a relaxed load plus a relaxed store, not a fetch_add.
 class Counter {
  public:
-  void Add(uint64_t n) { value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void Add(uint64_t n) {
+    value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   void Set(uint64_t n) { value_.store(n, std::memory_order_relaxed); }
   uint64_t Load() const { return value_.load(std::memory_order_relaxed); }
 
@@ -103,19 +106,19 @@ class LatencyHistogram {
 };
 
 struct PathStats {
-  Counter requests;  // reads finished on this path (successful or not)
-  Counter bytes;     // bytes returned
-  Counter errors;    // reads that finished with an error
+  Counter requests;            // reads finished on this path (successful or not)
+  Counter bytes;               // bytes returned
+  Counter errors;              // reads that finished with an error
   LatencyHistogram device_ns;  // first SQE submitted -> last CQE reaped
   LatencyHistogram total_ns;   // read accepted by the engine -> completion delivered
 };
 
 struct DeviceStats {
-  Counter reads;     // I/Os (SQEs) completed
-  Counter bytes;     // bytes read from the device
-  Counter errors;    // I/Os that failed
-  Counter inflight;  // I/Os submitted and not yet reaped (a gauge)
-  Counter poll_mode; // a PollMode, as set by the worker's ring setup
+  Counter reads;      // I/Os (SQEs) completed
+  Counter bytes;      // bytes read from the device
+  Counter errors;     // I/Os that failed
+  Counter inflight;   // I/Os submitted and not yet reaped (a gauge)
+  Counter poll_mode;  // a PollMode, as set by the worker's ring setup
 };
 
 // One worker's statistics. Written only by its worker thread; readable from any thread.

@@ -212,10 +212,10 @@ int Main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
   std::vector<std::string> rows;
   if (!json) {
-    printf("device %s, cpu %d, 4 KiB randread, %gs per run after %gs ramp\n", device.c_str(),
-           cpu, absl::GetFlag(FLAGS_runtime), absl::GetFlag(FLAGS_ramp));
-    printf("%5s %12s %12s %8s %12s %12s %10s %10s\n", "qd", "simple=0", "simple=1", "gain",
-           "fio", "simple=1/fio", "p50(s=1)", "p99(s=1)");
+    printf("device %s, cpu %d, 4 KiB randread, %gs per run after %gs ramp\n", device.c_str(), cpu,
+           absl::GetFlag(FLAGS_runtime), absl::GetFlag(FLAGS_ramp));
+    printf("%5s %12s %12s %8s %12s %12s %10s %10s\n", "qd", "simple=0", "simple=1", "gain", "fio",
+           "simple=1/fio", "p50(s=1)", "p99(s=1)");
   }
   for (int qd : depths) {
     std::optional<RunResult> off, on;
@@ -239,8 +239,7 @@ int Main(int argc, char** argv) {
     const std::optional<double> on_iops = on ? std::optional(on->iops) : std::nullopt;
     const std::optional<double> gain =
         off && on ? std::optional((on->iops / off->iops - 1) * 100) : std::nullopt;
-    const std::optional<double> vs_fio =
-        on && fio ? std::optional(on->iops / *fio) : std::nullopt;
+    const std::optional<double> vs_fio = on && fio ? std::optional(on->iops / *fio) : std::nullopt;
     if (json) {
       auto field = [](std::optional<double> v) {
         return v ? absl::StrFormat("%.4f", *v) : std::string("null");
@@ -261,8 +260,9 @@ int Main(int argc, char** argv) {
       fflush(stdout);
     }
   }
-  if (json) printf("{\"device\": \"%s\", \"cpu\": %d, \"rows\": [%s]}\n", device.c_str(), cpu,
-                   absl::StrJoin(rows, ", ").c_str());
+  if (json)
+    printf("{\"device\": \"%s\", \"cpu\": %d, \"rows\": [%s]}\n", device.c_str(), cpu,
+           absl::StrJoin(rows, ", ").c_str());
   return 0;
 }
 

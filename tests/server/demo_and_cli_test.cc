@@ -25,8 +25,8 @@ using testing::TempDir;
 class DemoServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"},
-                                       dir_.path() + "/server.log");
+    auto server =
+        ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"}, dir_.path() + "/server.log");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     client_ = BlockReadClient::Connect(server_->target());
@@ -54,8 +54,8 @@ TEST_F(DemoServerTest, ServesTheDemoFilesWholeAndInPieces) {
   ASSERT_TRUE(files.ok()) << files.status();
   std::vector<std::string> names;
   for (const v1::FileInfo& f : *files) names.push_back(f.name());
-  EXPECT_EQ(names, (std::vector<std::string>{"fragmented", "hello.txt", "large", "random-4m",
-                                             "sparse"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"fragmented", "hello.txt", "large", "random-4m", "sparse"}));
   for (const v1::FileInfo& f : *files) {
     // Whole file, 1 MiB at a time (large is bigger than max_read_bytes).
     for (uint64_t offset = 0; offset < f.size(); offset += 1 << 20) {
@@ -81,8 +81,8 @@ TEST_F(DemoServerTest, RestartReusesTheDemoDevice) {
   auto before = client_->Read("random-4m", 12345, 1000);
   ASSERT_TRUE(before.ok());
   ASSERT_EQ(server_->Stop(), 0);
-  auto again = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"},
-                                    dir_.path() + "/server2.log");
+  auto again =
+      ServerProcess::Start({"--data_dir=" + dir_.path() + "/data"}, dir_.path() + "/server2.log");
   ASSERT_TRUE(again.ok()) << again.status();
   server_ = *std::move(again);
   EXPECT_EQ(server_->Log().find("creating the demo device"), std::string::npos);
@@ -200,7 +200,7 @@ TEST_F(DemoServerTest, CliMessagesAndExitCodes) {
   EXPECT_EQ(explain.exit_code, 0) << explain.output;
   EXPECT_NE(explain.output.find("generic"), std::string::npos);
 
-  for (const char* sub : {"stat " , "ls", "stats", "stats --json", "health"}) {
+  for (const char* sub : {"stat ", "ls", "stats", "stats --json", "health"}) {
     std::string args = absl::StrCat(sub, " ", target);
     if (std::string(sub) == "stat ") args += " large";
     CliResult result = RunCli(args);
@@ -217,8 +217,7 @@ TEST_F(DemoServerTest, CliMessagesAndExitCodes) {
   ASSERT_EQ(server_->Stop(), 0);
   CliResult down = RunCli("health " + target + " --timeout-ms=2000");
   EXPECT_EQ(down.exit_code, 3) << down.output;
-  EXPECT_EQ(down.output.rfind("blockread: cannot reach the server at " + server_->target(), 0),
-            0u)
+  EXPECT_EQ(down.output.rfind("blockread: cannot reach the server at " + server_->target(), 0), 0u)
       << down.output;
   EXPECT_EQ(std::count(down.output.begin(), down.output.end(), '\n'), 1) << "one line";
   server_.reset();

@@ -219,8 +219,8 @@ TEST_F(ServerTest, PerReadErrorsInsideAStreamDoNotEndIt) {
   };
   add(1, "ext4/big", 0, 4096);
   add(2, "no/such/file", 0, 4096);
-  add(3, "ext4/tail", 6000, 10);  // beyond EOF (5000 bytes)
-  add(4, "ext4/big", 0, 0);       // zero length
+  add(3, "ext4/tail", 6000, 10);    // beyond EOF (5000 bytes)
+  add(4, "ext4/big", 0, 0);         // zero length
   add(5, "ext4/big", 0, 2 * kMiB);  // over max_read_bytes
   add(6, "xfs/big", 8192, 100);
   ASSERT_TRUE(stream->Send(request));
@@ -246,14 +246,12 @@ TEST_F(ServerTest, PerReadErrorsInsideAStreamDoNotEndIt) {
 TEST_F(ServerTest, UnaryErrorsCarryTheDocumentedCodes) {
   EXPECT_EQ(client_->Read("nope", 0, 1).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->Read("ext4/tail", 5001, 1).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(client_->Read("ext4/tail", 0, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Read("ext4/tail", 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
   auto at_eof = client_->Read("ext4/tail", 5000, 10);
   ASSERT_TRUE(at_eof.ok()) << at_eof.status();
   EXPECT_EQ(at_eof->data().size(), 0u);
   EXPECT_EQ(client_->Stat("nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(client_->Explain("ext4/tail", 9999, 1).status().code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(client_->Explain("ext4/tail", 9999, 1).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(ServerTest, ExplainMatchesThePathTheReadTakes) {
@@ -269,8 +267,8 @@ TEST_F(ServerTest, ExplainMatchesThePathTheReadTakes) {
     EXPECT_FALSE(explain->reason().empty());
     auto read = client_->Read(r.name, r.offset, r.length);
     ASSERT_TRUE(read.ok()) << read.status();
-    EXPECT_EQ(read->path(), explain->path()) << r.name << "@" << r.offset << "+" << r.length
-                                             << ": " << explain->reason();
+    EXPECT_EQ(read->path(), explain->path())
+        << r.name << "@" << r.offset << "+" << r.length << ": " << explain->reason();
     EXPECT_EQ(read->fallback(), explain->fallback());
     ++expected_paths[explain->path()];
     if (explain->fallback() != v1::FALLBACK_NONE) ++expected_fallbacks[explain->fallback()];

@@ -21,8 +21,8 @@ TEST(ExtentIteratorTest, RandomMapsAndRanges) {
       pos += (rng() % 3) * block;
       const uint64_t length = (1 + rng() % 64) * block;
       const ExtentType type = rng() % 4 == 0 ? ExtentType::kUnwritten : ExtentType::kMapped;
-      extents.push_back(Extent{pos, length, type, static_cast<DeviceId>(rng() % 3),
-                               (rng() % 100000) * block});
+      extents.push_back(
+          Extent{pos, length, type, static_cast<DeviceId>(rng() % 3), (rng() % 100000) * block});
       pos += length;
     }
     const uint64_t size = pos + rng() % (3 * block) + 1;

@@ -32,8 +32,8 @@ using testing::kShapes;
 using testing::WriteShapes;
 
 // Reads `count` random ranges (and the edges) through the map and through the filesystem.
-void ExpectMapMatchesFilesystem(const Catalog& catalog, const FileMap& map,
-                                const std::string& path, int count, uint64_t seed) {
+void ExpectMapMatchesFilesystem(const Catalog& catalog, const FileMap& map, const std::string& path,
+                                int count, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::pair<uint64_t, uint64_t>> ranges = {
       {0, map.size()}, {0, 1}, {map.size() > 0 ? map.size() - 1 : 0, 4096}};
@@ -49,8 +49,8 @@ void ExpectMapMatchesFilesystem(const Catalog& catalog, const FileMap& map,
     auto actual = ReadThroughMap(catalog, map, offset, length);
     ASSERT_TRUE(actual.ok()) << actual.status();
     ASSERT_EQ(actual->size(), expected->size()) << path << " at " << offset << "+" << length;
-    ASSERT_TRUE(*actual == *expected) << path << ": bytes differ in [" << offset << ", +"
-                                      << length << ")";
+    ASSERT_TRUE(*actual == *expected)
+        << path << ": bytes differ in [" << offset << ", +" << length << ")";
   }
 }
 

@@ -93,8 +93,8 @@ file {
 }
 
 TEST_F(ManifestTest, DuplicateDeviceName) {
-  ExpectError("device { name: \"d0\" path: \"$DEV\" }\ndevice { name: \"d0\" path: \"$DEV\" }",
-              2, "duplicate device name 'd0'");
+  ExpectError("device { name: \"d0\" path: \"$DEV\" }\ndevice { name: \"d0\" path: \"$DEV\" }", 2,
+              "duplicate device name 'd0'");
 }
 
 TEST_F(ManifestTest, DuplicateFileName) {
@@ -125,7 +125,8 @@ file {
 }
 
 TEST_F(ManifestTest, MisalignedOffsetsAndLengths) {
-  const std::string head = "device { name: \"d0\" path: \"$DEV\" }\nfile { name: \"a\" size: 8192\n";
+  const std::string head =
+      "device { name: \"d0\" path: \"$DEV\" }\nfile { name: \"a\" size: 8192\n";
   ExpectError(head + "extent { logical_offset: 100 length: 4096 device: \"d0\" } }", 3,
               "logical offset 100 is not a multiple of the device block size");
   ExpectError(head + "extent { length: 4000 device: \"d0\" } }", 3,

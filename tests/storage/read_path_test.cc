@@ -28,8 +28,8 @@ using testing::TempDir;
 constexpr uint64_t kMiB = 1 << 20;
 
 // The test's own statement of the simple path's rule, worked out from the stored extents.
-std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offset,
-                                               uint64_t length, uint64_t simple_max_bytes) {
+std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offset, uint64_t length,
+                                               uint64_t simple_max_bytes) {
   if (offset >= map.size()) return FallbackReason::kBeyondEof;
   if (simple_max_bytes == 0) return FallbackReason::kDisabled;
   if (length > simple_max_bytes) return FallbackReason::kTooLarge;
@@ -197,9 +197,9 @@ TEST_P(ReadPathTest, RandomReadsMatchTheFilesystemOnBothPaths) {
   stats.Add(engine->stats());
   // The mix must really exercise both paths and every fallback the shapes allow.
   EXPECT_GT(stats.path(ReadPathKind::kSimple).requests, 300u);
-  for (FallbackReason reason : {FallbackReason::kTooLarge, FallbackReason::kUnaligned,
-                                FallbackReason::kBeyondEof, FallbackReason::kNotMapped,
-                                FallbackReason::kSpansExtents}) {
+  for (FallbackReason reason :
+       {FallbackReason::kTooLarge, FallbackReason::kUnaligned, FallbackReason::kBeyondEof,
+        FallbackReason::kNotMapped, FallbackReason::kSpansExtents}) {
     EXPECT_GT(stats.fallback(reason), 0u) << FallbackReasonName(reason);
   }
   if (GetParam() == FsType::kExt4) {
@@ -238,7 +238,8 @@ TEST_P(ReadPathTest, BadRequestsAreRefusedWithTheRightCode) {
     EXPECT_NE(read.status.message().find(message), std::string::npos) << read.status;
   };
   refused("nope", 0, 4096, absl::StatusCode::kNotFound, "unknown file 'nope'");
-  refused("tail", 5001, 1, absl::StatusCode::kOutOfRange, "beyond the end of file tail (5000 bytes)");
+  refused("tail", 5001, 1, absl::StatusCode::kOutOfRange,
+          "beyond the end of file tail (5000 bytes)");
   refused("tail", 0, 0, absl::StatusCode::kInvalidArgument, "length must be greater than 0");
   refused("tail", 0, 2 * kMiB, absl::StatusCode::kInvalidArgument, "max_read_bytes = 1048576");
   refused("tail", UINT64_MAX - 10, 100, absl::StatusCode::kInvalidArgument, "overflows");

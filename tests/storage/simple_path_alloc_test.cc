@@ -124,7 +124,8 @@ void ExpectNoAllocations(Catalog& catalog, const std::string& file, uint64_t fil
   CountAllocationsOfSimpleReads(**engine, file, file_blocks, 1000, warmup);
   ASSERT_EQ(warmup.errors, 0);
   Tally tally;
-  const uint64_t counted = CountAllocationsOfSimpleReads(**engine, file, file_blocks, kReads, tally);
+  const uint64_t counted =
+      CountAllocationsOfSimpleReads(**engine, file, file_blocks, kReads, tally);
   EXPECT_EQ(tally.errors, 0);
   EXPECT_EQ(tally.done, kReads);
   EXPECT_EQ(counted, 0u) << "heap allocations during " << kReads << " simple reads";
@@ -148,8 +149,8 @@ TEST(SimplePathAllocationTest, CountingWorks) {
 TEST(SimplePathAllocationTest, WholeDeviceFile) {
   if (!BLOCKREAD_COUNT_ALLOCATIONS) GTEST_SKIP() << "sanitizer build: allocator is replaced";
   testing::TempDir dir;
-  ASSERT_TRUE(testing::WriteAt(dir.path() + "/disk.img", 0, testing::RandomBytes(8 << 20, 1), true)
-                  .ok());
+  ASSERT_TRUE(
+      testing::WriteAt(dir.path() + "/disk.img", 0, testing::RandomBytes(8 << 20, 1), true).ok());
   Catalog catalog;
   ASSERT_TRUE(catalog.AddWholeDevice("disk", dir.path() + "/disk.img").ok());
   ExpectNoAllocations(catalog, "disk", (8 << 20) / 4096);

@@ -36,9 +36,8 @@ absl::StatusOr<std::vector<char>> ReadThroughMap(const storage::Catalog& catalog
       while (done < bytes) {
         ssize_t n = pread(device.fd(), buffer.get() + done, bytes - done, aligned_start + done);
         if (n < 0) {
-          return absl::InternalError(
-              absl::StrFormat("pread %s at %u: %s", device.path(), aligned_start + done,
-                              strerror(errno)));
+          return absl::InternalError(absl::StrFormat("pread %s at %u: %s", device.path(),
+                                                     aligned_start + done, strerror(errno)));
         }
         if (n == 0) break;  // file-route device: the file's end
         done += n;
@@ -46,8 +45,8 @@ absl::StatusOr<std::vector<char>> ReadThroughMap(const storage::Catalog& catalog
       const uint64_t skip = physical - aligned_start;
       const uint64_t want = piece_end - pos;
       if (done < skip + want) {
-        return absl::DataLossError(absl::StrFormat("short read of %s at %u", device.path(),
-                                                   aligned_start));
+        return absl::DataLossError(
+            absl::StrFormat("short read of %s at %u", device.path(), aligned_start));
       }
       memcpy(out.data() + (pos - offset), buffer.get() + skip, want);
     }

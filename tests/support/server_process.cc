@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   close(out[0]);
   const size_t colon = line.rfind(':');
   if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
-    return absl::InternalError(absl::StrCat("server did not start: '", line, "'; log:\n",
-                                            server->Log()));
+    return absl::InternalError(
+        absl::StrCat("server did not start: '", line, "'; log:\n", server->Log()));
   }
   server->port_ = std::stoi(line.substr(colon + 1));
   auto client = client::BlockReadClient::Connect(server->target());

@@ -17,8 +17,8 @@ class ServerProcess {
   // Starts the server binary with `args` plus --listen=127.0.0.1:0 and waits until it prints its
   // port and answers health SERVING (at most `timeout_s`). stderr goes to `log_path`.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(std::vector<std::string> args,
-                                                             const std::string& log_path,
-                                                             int timeout_s = 60);
+                                                              const std::string& log_path,
+                                                              int timeout_s = 60);
   ~ServerProcess();
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }

@@ -10,7 +10,8 @@
 
 int main(int argc, char** argv) {
   if (geteuid() == 0) {
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
       perror("blockread tests: private mount namespace");
       return 1;
     }
