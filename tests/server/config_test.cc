@@ -1,0 +1,100 @@
+// Server configuration: defaults, the config file, flags over the file, and the errors.
+#include "server/config.h"
+
+#include <sched.h>
+
+#include <fstream>
+#include <optional>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+#include "tests/support/loop_device.h"
+
+ABSL_DECLARE_FLAG(std::optional<std::string>, config);
+ABSL_DECLARE_FLAG(std::optional<std::string>, listen);
+ABSL_DECLARE_FLAG(std::optional<uint64_t>, simple_max_bytes);
+ABSL_DECLARE_FLAG(std::optional<std::vector<std::string>>, device);
+
+namespace blockread::server {
+namespace {
+
+TEST(ServerConfigTest, DefaultsAreFilledIn) {
+  auto config = FinalizeServerConfig(v1::ServerConfig());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen(), "127.0.0.1:7420");
+  EXPECT_EQ(config->data_dir(), "./blockread-data");
+  EXPECT_EQ(config->simple_max_bytes(), 4096u);
+  EXPECT_EQ(config->max_read_bytes(), 1u << 20);
+  EXPECT_EQ(config->idle_spin_us(), 50u);
+  // 0 is a real value for simple_max_bytes (simple path off), not "unset".
+  v1::ServerConfig off;
+  off.set_simple_max_bytes(0);
+  EXPECT_EQ(FinalizeServerConfig(off)->simple_max_bytes(), 0u);
+}
+
+TEST(ServerConfigTest, FileThenFlagsOnTop) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/server.textproto";
+  std::ofstream(path) << "listen: \"127.0.0.1:9999\"\nsimple_max_bytes: 8192\n"
+                         "device: \"a=/dev/null\"\nmax_read_bytes: 2097152\n";
+  absl::SetFlag(&FLAGS_config, path);
+  absl::SetFlag(&FLAGS_simple_max_bytes, 0);  // the flag wins over the file
+  absl::SetFlag(&FLAGS_device, std::vector<std::string>{"b=/dev/zero"});
+  auto config = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, std::nullopt);
+  absl::SetFlag(&FLAGS_simple_max_bytes, std::nullopt);
+  absl::SetFlag(&FLAGS_device, std::nullopt);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen(), "127.0.0.1:9999");
+  EXPECT_EQ(config->simple_max_bytes(), 0u);
+  EXPECT_EQ(config->max_read_bytes(), 2u << 20);
+  ASSERT_EQ(config->device_size(), 1);
+  EXPECT_EQ(config->device(0), "b=/dev/zero");
+}
+
+TEST(ServerConfigTest, ErrorsNameTheProblem) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/bad.textproto";
+  std::ofstream(path) << "listen: 7\n";
+  absl::SetFlag(&FLAGS_config, path);
+  auto bad_file = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, dir.path() + "/missing");
+  auto missing = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, std::nullopt);
+  EXPECT_EQ(bad_file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_file.status().message().find(path + ":1:"), std::string::npos) << bad_file.status();
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+
+  v1::ServerConfig config;
+  config.add_device("no-equals-sign");
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("is not NAME=PATH"),
+            std::string::npos);
+  config.Clear();
+  config.set_max_read_bytes(100);
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("max_read_bytes"),
+            std::string::npos);
+  config.Clear();
+  config.set_listen("nocolon");
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("not ADDR:PORT"),
+            std::string::npos);
+}
+
+TEST(ServerConfigTest, CpuLists) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  auto all = ParseCpuList("");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(static_cast<int>(all->size()), CPU_COUNT(&set));
+  auto first = ParseCpuList(std::to_string((*all)[0]));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, std::vector<int>{(*all)[0]});
+  EXPECT_NE(ParseCpuList("3-1").status().message().find("bad element '3-1'"), std::string::npos);
+  EXPECT_NE(ParseCpuList("x").status().message().find("bad element"), std::string::npos);
+  EXPECT_NE(ParseCpuList("1000").status().message().find("not in this process's affinity mask"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace blockread::server
