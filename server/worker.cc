@@ -28,25 +28,29 @@ Worker::Worker(int index, int cpu, SharedState& shared,
                std::unique_ptr<grpc::ServerCompletionQueue> queue)
     : index_(index), cpu_(cpu), shared_(shared), queue_(std::move(queue)) {}
 
-Worker::~Worker() { Join(); }
+Worker::~Worker() {
+  Join();
+  // Every worker has stopped (the server joins them all first), so nobody reads our stats shard
+  // any more. The ring is torn down from this thread: only submissions are tied to the thread
+  // that created it, and no read is in flight.
+  stats_.store(nullptr, std::memory_order_release);
+  engine_.reset();
+}
 
 void Worker::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-absl::Status Worker::WaitUntilReady() {
-  ready_.WaitForNotification();
-  return start_error_;
-}
+absl::Status Worker::WaitUntilReady() { return ready_future_.get(); }
 
 void Worker::RequestStop() {
-  absl::MutexLock lock(&alarms_mu_);
+  std::lock_guard lock(alarms_mu_);
   stop_requested_.store(true, std::memory_order_release);
   if (!queue_shut_down_) SetWakeAlarm();
 }
 
 void Worker::Wake() {
-  absl::MutexLock lock(&alarms_mu_);
+  std::lock_guard lock(alarms_mu_);
   if (!queue_shut_down_) SetWakeAlarm();
 }
 
@@ -61,6 +65,7 @@ void Worker::Join() {
 }
 
 void Worker::Run() {
+  absl::Status start_error;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu_, &set);
@@ -69,13 +74,13 @@ void Worker::Run() {
   if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0 ||
       pthread_getaffinity_np(pthread_self(), sizeof(actual), &actual) != 0 ||
       !CPU_EQUAL(&set, &actual)) {
-    start_error_ = absl::FailedPreconditionError(
+    start_error = absl::FailedPreconditionError(
         absl::StrFormat("worker %d: cannot pin its thread to CPU %d", index_, cpu_));
   } else {
     // The ring must be created on the thread that submits to it (IORING_SETUP_SINGLE_ISSUER).
     auto engine = storage::EngineContext::Create(shared_.catalog, EngineConfigFrom(shared_.config));
     if (!engine.ok()) {
-      start_error_ = absl::Status(
+      start_error = absl::Status(
           engine.status().code(),
           absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_, engine.status().message()));
     } else {
@@ -83,23 +88,23 @@ void Worker::Run() {
       stats_.store(&engine_->stats(), std::memory_order_release);
     }
   }
-  if (!start_error_.ok()) {
+  if (!start_error.ok()) {
     queue_->Shutdown();
     void* tag;
     bool ok;
     while (queue_->Next(&tag, &ok)) {
     }
-    ready_.Notify();
+    ready_.set_value(start_error);
     return;
   }
   ReadBlockCall::Post(this);
   ReadBlocksCall::Post(this);
   PostInfoCalls(this);
   PostHealthCalls(this);
-  ready_.Notify();
+  ready_.set_value(absl::OkStatus());
   Loop();
-  // The queue is drained and shut down and no read is in flight: the engine can go.
-  engine_.reset();
+  // The queue is drained and shut down and no read is in flight. The engine stays until the
+  // Worker is destroyed: other workers may still be reading its stats shard for a GetStats.
 }
 
 bool Worker::Defer(DeferredRead* read) {
@@ -180,7 +185,7 @@ void Worker::Loop() {
     if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ && !in_flight &&
         deferred_.empty()) {
       // Under the lock: no other thread is setting an alarm on the queue as it shuts down.
-      absl::MutexLock lock(&alarms_mu_);
+      std::lock_guard lock(alarms_mu_);
       queue_shut_down_ = true;
       queue_->Shutdown();
     }

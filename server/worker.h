@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <deque>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "server/call.h"
 #include "server/shared_state.h"
 #include "storage/read_path.h"
@@ -59,6 +59,8 @@ class Worker {
   Worker(int index, int cpu, SharedState& shared,
          std::unique_ptr<grpc::ServerCompletionQueue> queue);
   ~Worker();
+  // REQUIRES: every worker of the server has been joined (GetStats on any worker reads all
+  // workers' stats shards).
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -85,7 +87,7 @@ class Worker {
   grpc::ServerCompletionQueue* queue() { return queue_.get(); }
   WorkerCounters& mutable_counters() { return counters_; }
   // False once the queue is shutting down: calls must start no new operation on it.
-  bool accepting_operations() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queue_shut_down_; }
+  bool accepting_operations() const { return !queue_shut_down_; }
   // Queues a read whose slots are busy. False when max_queued_reads are already waiting.
   bool Defer(DeferredRead* read);
   // Removes a queued read (its call was cancelled).
@@ -106,7 +108,7 @@ class Worker {
 
   void Run();
   void Loop();
-  void SetWakeAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(alarms_mu_);
+  void SetWakeAlarm();  // REQUIRES: alarms_mu_ held
   void Dispatch(void* tag, bool ok);
   int RetryDeferred();
   void NotifyWatchersIfHealthChanged();
@@ -119,8 +121,10 @@ class Worker {
   std::atomic<const storage::StatsShard*> stats_{nullptr};
   WorkerCounters counters_;
   std::thread thread_;
-  absl::Notification ready_;
-  absl::Status start_error_;  // written before ready_ is notified
+  // Set once the worker serves or has failed to start (std types, not absl::Notification: see
+  // storage/catalog.h on ThreadSanitizer and Debian's Abseil).
+  std::promise<absl::Status> ready_;
+  std::shared_future<absl::Status> ready_future_ = ready_.get_future().share();
   std::atomic<bool> stop_requested_{false};
   // Written by the worker thread under alarms_mu_; read by it freely, by others under the lock.
   bool queue_shut_down_ = false;
@@ -131,8 +135,8 @@ class Worker {
 
   WakeTarget wake_target_;
   CallTag wake_tag_{&wake_target_, kWakeEvent};
-  absl::Mutex alarms_mu_;
-  std::vector<std::unique_ptr<grpc::Alarm>> alarms_ ABSL_GUARDED_BY(alarms_mu_);
+  std::mutex alarms_mu_;
+  std::vector<std::unique_ptr<grpc::Alarm>> alarms_;  // guarded by alarms_mu_
 };
 
 }  // namespace blockread::server

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,7 @@ absl::Status Catalog::AddStaticFile(FileMap map) {
   auto owned = std::make_shared<const FileMap>(std::move(map));
   entry->static_map = Unowned(owned.get());
   {
-    absl::MutexLock lock(&entry->mu);
+    std::unique_lock lock(entry->mu);
     entry->imported_map = std::move(owned);  // keeps the map alive for the catalog's lifetime
   }
   return AddEntry(std::move(name), std::move(entry));
@@ -161,7 +162,7 @@ absl::Status Catalog::ImportFile(std::string name, std::string path) {
   auto map = BuildImportedMap(name, path, /*may_add_devices=*/true, &identity);
   if (!map.ok()) return map.status();
   {
-    absl::MutexLock lock(&entry->mu);
+    std::unique_lock lock(entry->mu);
     entry->imported_map = std::make_shared<const FileMap>(*std::move(map));
     entry->identity = identity;
   }
@@ -213,7 +214,7 @@ absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
     return current.status();
   }
   {
-    absl::ReaderMutexLock lock(&entry.mu);
+    std::shared_lock lock(entry.mu);
     if (entry.identity == *current) return entry.imported_map;
   }
   return Reimport(name, entry, *current);
@@ -221,7 +222,7 @@ absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
 
 absl::StatusOr<FileMapRef> Catalog::Reimport(absl::string_view name, FileEntry& entry,
                                              const FileIdentity& current) {
-  absl::MutexLock lock(&entry.mu);
+  std::unique_lock lock(entry.mu);
   if (entry.identity == current) return entry.imported_map;  // another thread re-imported it
   const bool replaced = entry.identity.inode != current.inode ||
                         entry.identity.filesystem_device != current.filesystem_device;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "storage/device.h"
 #include "storage/extent_map.h"
 #include "storage/fiemap.h"
@@ -78,7 +78,9 @@ class Catalog {
     FileMapRef static_map;
     // Imported files:
     std::string source_path;
-    absl::Mutex mu;
+    // std::shared_mutex, not absl::Mutex: Debian's Abseil is not built for ThreadSanitizer, which
+    // then cannot see absl::Mutex synchronize; pthread-based locks it does see.
+    std::shared_mutex mu;
     FileMapRef imported_map ABSL_GUARDED_BY(mu);
     FileIdentity identity ABSL_GUARDED_BY(mu);
   };
