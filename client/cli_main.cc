@@ -1,4 +1,4 @@
-// blockread: the command-line client. Subcommands: read, stat, ls, stats, explain, health.
+// blockread: the command-line client. Subcommands: read, stat, ls, stats, explain, health, load.
 //
 // Exit codes: 0 ok; 1 other error; 2 usage; 3 server unreachable (UNAVAILABLE, deadline);
 // 4 not found (NOT_FOUND); 5 bad range or argument (OUT_OF_RANGE, INVALID_ARGUMENT);
@@ -12,8 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/blockread_client.h"
 #include "client/crc32c.h"
+#include "client/load.h"
+#include "client/load_cli.h"
 #include "client/units.h"
 
 namespace blockread::client {
@@ -192,11 +195,37 @@ int Main(int argc, char** argv) {
   CLI::App* health =
       app.add_subcommand("health", "Is the server SERVING? (exit 0 if so, 1 if not)");
 
+  LoadCommandLine load_line;
+  CLI::App* load = app.add_subcommand(
+      "load", "Load-test servers, fio-like: IOPS, bandwidth, latency, server path counts");
+  load_line.AddTo(load);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
+  }
+
+  if (*load) {
+    // `--target` given after `load` is the load's own (repeatable); before it, the global one.
+    if (load_line.options.targets.empty() || load->count("--target") == 0) {
+      load_line.options.targets = {target};
+    }
+    if (absl::Status valid = load_line.Finish(); !valid.ok()) {
+      fprintf(stderr, "blockread load: %s\n", std::string(valid.message()).c_str());
+      return kExitUsage;
+    }
+    auto result = RunLoad(load_line.options);
+    if (!result.ok()) return Fail(result.status(), absl::StrJoin(load_line.options.targets, ","));
+    const std::string report = load_line.options.json ? LoadResultJson(load_line.options, *result)
+                                                      : LoadResultText(load_line.options, *result);
+    printf("%s\n", report.c_str());
+    if (!result->verify_failure.empty()) {
+      fprintf(stderr, "blockread load: %s\n", result->verify_failure.c_str());
+      return kExitError;
+    }
+    return 0;
   }
 
   ClientOptions options;

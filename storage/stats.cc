@@ -30,34 +30,6 @@ const char* PollModeName(PollMode mode) {
   return mode == PollMode::kIoPoll ? "iopoll" : "interrupt";
 }
 
-void HistogramSnapshot::Merge(const HistogramSnapshot& other) {
-  for (int i = 0; i < LatencyBuckets::kCount; ++i) buckets[i] += other.buckets[i];
-  count += other.count;
-  sum += other.sum;
-}
-
-uint64_t HistogramSnapshot::Percentile(double q) const {
-  uint64_t total = 0;
-  for (uint64_t b : buckets) total += b;
-  if (total == 0) return 0;
-  // Rank of the value at quantile q, 1-based: the smallest value with at least q of all below it.
-  uint64_t rank = static_cast<uint64_t>(q * static_cast<double>(total) + 0.5);
-  if (rank < 1) rank = 1;
-  if (rank > total) rank = total;
-  uint64_t seen = 0;
-  for (int i = 0; i < LatencyBuckets::kCount; ++i) {
-    seen += buckets[i];
-    if (seen >= rank) return LatencyBuckets::UpperBound(i);
-  }
-  return LatencyBuckets::UpperBound(LatencyBuckets::kCount - 1);
-}
-
-void LatencyHistogram::AddTo(HistogramSnapshot& snapshot) const {
-  for (int i = 0; i < LatencyBuckets::kCount; ++i) snapshot.buckets[i] += buckets_[i].Load();
-  snapshot.count += count_.Load();
-  snapshot.sum += sum_.Load();
-}
-
 void StatsSnapshot::Add(const StatsShard& shard) {
   for (int p = 0; p < kReadPathCount; ++p) {
     const PathStats& in = shard.path(static_cast<ReadPathKind>(p));

@@ -7,9 +7,10 @@
 #define BLOCKREAD_STORAGE_STATS_H_
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <vector>
+
+#include "storage/latency_histogram.h"
 
 namespace blockread::storage {
 
@@ -37,73 +38,6 @@ enum class PollMode : uint8_t {
   kIoPoll = 1,     // IORING_SETUP_IOPOLL ring; the kernel polls the device's poll queues
 };
 const char* PollModeName(PollMode mode);
-
-// A counter with a single writer. Add() is a relaxed load plus a relaxed store, not a fetch_add.
-class Counter {
- public:
-  void Add(uint64_t n) {
-    value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
-  void Set(uint64_t n) { value_.store(n, std::memory_order_relaxed); }
-  uint64_t Load() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> value_{0};
-};
-
-// Log-linear latency buckets in nanoseconds: 8 linear sub-buckets per power of two, so a value's
-// bucket is within 12.5% of it, from 1 ns to 2^64 ns, in 496 buckets.
-class LatencyBuckets {
- public:
-  static constexpr int kSubBucketBits = 3;
-  static constexpr int kSubBuckets = 1 << kSubBucketBits;
-  static constexpr int kCount = (64 - kSubBucketBits + 1) * kSubBuckets;
-
-  static int IndexOf(uint64_t value) {
-    if (value < kSubBuckets) return static_cast<int>(value);
-    const int msb = 63 - __builtin_clzll(value);
-    const int shift = msb - kSubBucketBits;
-    return (shift + 1) * kSubBuckets + static_cast<int>((value >> shift) & (kSubBuckets - 1));
-  }
-  // Smallest value that falls in bucket `index`.
-  static uint64_t LowerBound(int index) {
-    if (index < kSubBuckets) return static_cast<uint64_t>(index);
-    const int shift = index / kSubBuckets - 1;
-    return (static_cast<uint64_t>(kSubBuckets + index % kSubBuckets)) << shift;
-  }
-  // Largest value that falls in bucket `index`.
-  static uint64_t UpperBound(int index) {
-    return index + 1 < kCount ? LowerBound(index + 1) - 1 : UINT64_MAX;
-  }
-};
-
-// A merged, plain copy of histogram buckets.
-struct HistogramSnapshot {
-  std::array<uint64_t, LatencyBuckets::kCount> buckets{};
-  uint64_t count = 0;
-  uint64_t sum = 0;
-
-  void Merge(const HistogramSnapshot& other);
-  // The value at quantile q in [0, 1] (the upper bound of its bucket); 0 when empty.
-  uint64_t Percentile(double q) const;
-  double Mean() const { return count == 0 ? 0.0 : static_cast<double>(sum) / count; }
-};
-
-// Single-writer histogram.
-class LatencyHistogram {
- public:
-  void Record(uint64_t value_ns) {
-    buckets_[LatencyBuckets::IndexOf(value_ns)].Add(1);
-    count_.Add(1);
-    sum_.Add(value_ns);
-  }
-  void AddTo(HistogramSnapshot& snapshot) const;
-
- private:
-  std::array<Counter, LatencyBuckets::kCount> buckets_;
-  Counter count_;
-  Counter sum_;
-};
 
 struct PathStats {
   Counter requests;            // reads finished on this path (successful or not)

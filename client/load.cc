@@ -1,0 +1,519 @@
+#include "client/load.h"
+
+#include <fcntl.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/blockread_client.h"
+#include "client/crc32c.h"
+#include "client/units.h"
+#include "storage/clock.h"
+
+namespace blockread::client {
+namespace {
+
+using storage::MonotonicNowNs;
+
+struct FileTarget {
+  std::string name;
+  uint64_t size = 0;
+};
+
+// What one thread records. Counters and the histogram are single-writer atomics, so the progress
+// line can read them while the thread runs.
+struct ThreadStats {
+  storage::Counter issued, returned, reads, bytes;
+  storage::LatencyHistogram latency_ns;  // counted (post-ramp, in-interval) successful reads
+  storage::Counter queue_ns, device_ns, server_ns;
+  std::map<std::string, uint64_t> errors;  // read after the thread ends
+};
+
+// State shared by the threads of one run.
+struct Run {
+  explicit Run(const LoadOptions& options) : options(options) {}
+  const LoadOptions& options;
+  std::vector<FileTarget> files;
+  int verify_fd = -1;
+  uint64_t start_ns = 0, measure_start_ns = 0, measure_end_ns = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> counted_reads{0};  // for --number
+  std::mutex failure_mu;
+  std::string failure;
+};
+
+// Picks the next read of a thread: sequential per thread (each thread its own slice) or random.
+class ReadPicker {
+ public:
+  ReadPicker(const Run& run, int thread) : run_(run), rng_(run.options.seed * 7919 + thread) {
+    file_ = thread % run.files.size();
+    const uint64_t blocks = std::max<uint64_t>(1, run.files[file_].size / run.options.block_size);
+    next_block_ = blocks * thread / std::max(1, run.options.threads);
+  }
+  void Next(size_t* file, uint64_t* offset) {
+    const LoadOptions& o = run_.options;
+    if (o.sequential) {
+      const uint64_t blocks = std::max<uint64_t>(1, run_.files[file_].size / o.block_size);
+      if (next_block_ >= blocks) next_block_ = 0;
+      *file = file_;
+      *offset = next_block_++ * o.block_size;
+      return;
+    }
+    *file = rng_() % run_.files.size();
+    const uint64_t blocks = std::max<uint64_t>(1, run_.files[*file].size / o.block_size);
+    *offset = (rng_() % blocks) * o.block_size;
+  }
+
+ private:
+  const Run& run_;
+  std::mt19937_64 rng_;
+  size_t file_ = 0;
+  uint64_t next_block_ = 0;
+};
+
+// Checks one successful read. Returns false (and records the failure, stopping the run) on a
+// mismatch.
+bool Verify(Run& run, const FileTarget& file, uint64_t offset, const std::string& data,
+            bool has_crc, uint32_t crc) {
+  std::string failure;
+  if (run.verify_fd >= 0) {
+    std::string expected(data.size(), '\0');
+    const ssize_t n =
+        pread(run.verify_fd, expected.data(), expected.size(), static_cast<off_t>(offset));
+    expected.resize(n < 0 ? 0 : static_cast<size_t>(n));
+    if (expected != data) {
+      size_t i = 0;
+      while (i < data.size() && i < expected.size() && data[i] == expected[i]) ++i;
+      failure = absl::StrFormat(
+          "verify: %s at offset %u: first differing byte at offset %u (got 0x%02x, expected "
+          "0x%02x; %u bytes returned, %u expected)",
+          file.name, offset, offset + i, i < data.size() ? static_cast<unsigned char>(data[i]) : 0,
+          i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0, data.size(),
+          expected.size());
+    }
+  } else {
+    const uint32_t actual = Crc32c(data.data(), data.size());
+    if (!has_crc || actual != crc) {
+      failure = absl::StrFormat(
+          "verify: %s at offset %u: CRC32C of the %u bytes received is %08x, the server sent "
+          "%08x",
+          file.name, offset, data.size(), actual, crc);
+    }
+  }
+  if (failure.empty()) return true;
+  std::lock_guard lock(run.failure_mu);
+  if (run.failure.empty()) run.failure = failure;
+  run.stop.store(true);
+  return false;
+}
+
+// Records a finished read: errors by code; successful reads verified, then counted if they were
+// issued after the ramp and finished inside the measured interval.
+void Record(Run& run, ThreadStats& stats, const FileTarget& file, uint64_t offset,
+            uint64_t start_ns, const grpc::Status& status, const std::string& data, bool has_crc,
+            uint32_t crc, const v1::ServerTiming& timing) {
+  const uint64_t now = MonotonicNowNs();
+  stats.returned.Add(1);
+  if (!status.ok()) {
+    ++stats.errors[absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))];
+    return;
+  }
+  if (run.options.verify && !Verify(run, file, offset, data, has_crc, crc)) return;
+  if (start_ns < run.measure_start_ns || now > run.measure_end_ns) return;
+  stats.reads.Add(1);
+  stats.bytes.Add(data.size());
+  stats.latency_ns.Record(now - start_ns);
+  stats.queue_ns.Add(timing.queue_ns());
+  stats.device_ns.Add(timing.device_ns());
+  stats.server_ns.Add(timing.total_ns());
+  if (run.options.number > 0 && run.counted_reads.fetch_add(1) + 1 >= run.options.number) {
+    run.stop.store(true);
+  }
+}
+
+// Paces issues to the --rate cap (per thread share). Returns the time to wait before issuing.
+class Pacer {
+ public:
+  Pacer(double rate, int threads)
+      : interval_ns_(rate > 0 ? static_cast<uint64_t>(1e9 * threads / rate) : 0) {}
+  // 0 when the next read may go now (and books it); else nanoseconds to wait.
+  uint64_t Wait() {
+    if (interval_ns_ == 0) return 0;
+    const uint64_t now = MonotonicNowNs();
+    if (next_ns_ == 0) next_ns_ = now;
+    if (now < next_ns_) return next_ns_ - now;
+    next_ns_ += interval_ns_;
+    return 0;
+  }
+
+ private:
+  const uint64_t interval_ns_;
+  uint64_t next_ns_ = 0;
+};
+
+bool Running(const Run& run) {
+  return !run.stop.load(std::memory_order_relaxed) && MonotonicNowNs() < run.measure_end_ns;
+}
+
+void UnaryThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& stats) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReadBlockResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReadBlockResponse>> reader;
+    size_t file = 0;
+    uint64_t offset = 0;
+    uint64_t start_ns = 0;
+  };
+  const LoadOptions& o = run.options;
+  grpc::CompletionQueue queue;
+  ReadPicker picker(run, thread);
+  Pacer pacer(o.rate, o.threads);
+  int in_flight = 0;
+  for (;;) {
+    const bool running = Running(run);
+    uint64_t wait_ns = 0;
+    while (running && in_flight < o.queue_depth && (wait_ns = pacer.Wait()) == 0) {
+      auto* call = new Call();
+      picker.Next(&call->file, &call->offset);
+      v1::ReadBlockRequest request;
+      request.set_file(run.files[call->file].name);
+      request.set_offset(call->offset);
+      request.set_length(o.block_size);
+      request.set_want_crc32c(o.verify && run.verify_fd < 0);
+      call->start_ns = MonotonicNowNs();
+      call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
+      call->reader->StartCall();
+      call->reader->Finish(&call->response, &call->status, call);
+      stats.issued.Add(1);
+      ++in_flight;
+    }
+    if (in_flight == 0) {
+      if (!running) return;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+      continue;
+    }
+    void* tag;
+    bool ok;
+    const auto deadline = wait_ns > 0
+                              ? std::chrono::system_clock::now() + std::chrono::nanoseconds(wait_ns)
+                              : std::chrono::system_clock::now() + std::chrono::milliseconds(100);
+    if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) continue;
+    auto* call = static_cast<Call*>(tag);
+    --in_flight;
+    Record(run, stats, run.files[call->file], call->offset, call->start_ns, call->status,
+           call->response.data(), call->response.has_crc32c(), call->response.crc32c(),
+           call->response.timing());
+    delete call;
+  }
+}
+
+void StreamThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& stats) {
+  struct Pending {
+    size_t file;
+    uint64_t offset;
+    uint64_t start_ns;
+  };
+  const LoadOptions& o = run.options;
+  ReadStream stream(stub);
+  ReadPicker picker(run, thread);
+  Pacer pacer(o.rate, o.threads);
+  std::map<uint64_t, Pending> pending;
+  uint64_t next_tag = 0;
+  bool closed = false;
+  for (;;) {
+    const bool running = Running(run);
+    uint64_t wait_ns = 0;
+    while (running && static_cast<int>(pending.size()) + o.batch <= o.queue_depth) {
+      v1::ReadBlocksRequest request;
+      for (int i = 0; i < o.batch && (wait_ns = pacer.Wait()) == 0; ++i) {
+        Pending p{0, 0, MonotonicNowNs()};
+        picker.Next(&p.file, &p.offset);
+        v1::ReadItem* item = request.add_reads();
+        item->set_tag(next_tag);
+        item->set_file(run.files[p.file].name);
+        item->set_offset(p.offset);
+        item->set_length(o.block_size);
+        item->set_want_crc32c(o.verify && run.verify_fd < 0);
+        pending[next_tag++] = p;
+      }
+      if (request.reads_size() == 0) break;
+      if (!stream.Send(request)) {
+        run.stop.store(true);
+        break;
+      }
+      stats.issued.Add(request.reads_size());
+    }
+    if (pending.empty()) {
+      if (!running || run.stop.load()) break;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+      continue;
+    }
+    v1::ReadBlocksResponse response;
+    if (!stream.Receive(&response)) break;
+    for (const v1::ReadResult& r : response.results()) {
+      auto it = pending.find(r.tag());
+      if (it == pending.end()) continue;
+      const grpc::Status status(static_cast<grpc::StatusCode>(r.code()), r.error_message());
+      Record(run, stats, run.files[it->second.file], it->second.offset, it->second.start_ns, status,
+             r.data(), r.has_crc32c(), r.crc32c(), r.timing());
+      pending.erase(it);
+    }
+  }
+  if (!closed) stream.CloseSend();
+  v1::ReadBlocksResponse rest;
+  while (stream.Receive(&rest)) {
+  }
+  absl::Status finished = stream.Finish();
+  // Reads the stream never answered count as errors: nothing is silently dropped.
+  for (size_t i = 0; i < pending.size(); ++i) {
+    stats.returned.Add(1);
+    ++stats.errors[finished.ok() ? "UNANSWERED" : absl::StatusCodeToString(finished.code())];
+  }
+}
+
+std::string FormatUs(double ns) {
+  return ns >= 1e6 ? absl::StrFormat("%.2fms", ns / 1e6) : absl::StrFormat("%.1fus", ns / 1e3);
+}
+
+absl::Status AddStats(const v1::GetStatsResponse& stats, int sign,
+                      std::map<std::string, uint64_t>& paths,
+                      std::map<std::string, uint64_t>& fallbacks) {
+  for (const v1::PathStats& p : stats.paths()) {
+    paths[p.path() == v1::SIMPLE ? "simple" : "generic"] += sign * p.reads();
+  }
+  for (const v1::FallbackCount& f : stats.fallbacks()) {
+    std::string name = v1::FallbackReason_Name(f.reason());
+    name = name.substr(name.find('_') + 1);
+    for (char& c : name) c = static_cast<char>(std::tolower(c));
+    fallbacks[name] += sign * f.count();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateLoadOptions(const LoadOptions& o) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  if (o.targets.empty()) return bad("--target: at least one server");
+  if (o.block_size == 0) return bad("--bs must be greater than 0");
+  if (o.queue_depth < 1) return bad("--qd must be at least 1");
+  if (o.threads < 1) return bad("--threads must be at least 1");
+  if (o.channels < 1) return bad("--channels must be at least 1");
+  if (o.batch < 1) return bad("--batch must be at least 1");
+  if (o.batch > o.queue_depth) return bad("--batch cannot exceed --qd (reads in flight)");
+  if (!o.stream && o.batch != 1) return bad("--batch needs --mode=stream");
+  if (o.runtime_s <= 0 && o.number == 0)
+    return bad("--runtime must be positive (or give --number)");
+  if (o.ramp_s < 0) return bad("--ramp cannot be negative");
+  if (o.rate < 0) return bad("--rate cannot be negative");
+  if (!o.verify_file.empty() && !o.verify) return bad("--verify-file needs --verify");
+  if (!o.verify_file.empty() && o.files.size() != 1) {
+    return bad("--verify-file compares with one file: give exactly one --file");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
+  if (absl::Status valid = ValidateLoadOptions(o); !valid.ok()) return valid;
+  Run run(o);
+  std::vector<std::unique_ptr<BlockReadClient>> clients;
+  for (int c = 0; c < o.channels; ++c) {
+    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()]));
+  }
+  // Files and their sizes, from the first server.
+  if (o.files.empty()) {
+    auto listed = clients[0]->List();
+    if (!listed.ok()) return listed.status();
+    for (const v1::FileInfo& f : *listed) {
+      if (f.size() >= o.block_size) run.files.push_back({f.name(), f.size()});
+    }
+    if (run.files.empty()) {
+      return absl::NotFoundError(absl::StrCat("no file on ", o.targets[0], " holds a --bs read"));
+    }
+  } else {
+    for (const std::string& name : o.files) {
+      auto info = clients[0]->Stat(name);
+      if (!info.ok()) return info.status();
+      if (info->size() < o.block_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " (", info->size(), " bytes) is smaller than --bs"));
+      }
+      run.files.push_back({name, info->size()});
+    }
+  }
+  if (!o.verify_file.empty()) {
+    run.verify_fd = open(o.verify_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (run.verify_fd < 0) {
+      return absl::NotFoundError(
+          absl::StrCat("--verify-file: cannot open ", o.verify_file, ": ", strerror(errno)));
+    }
+  }
+
+  std::map<std::string, uint64_t> paths, fallbacks;
+  for (const std::string& target : o.targets) {
+    auto before = BlockReadClient::Connect(target)->Stats();
+    if (!before.ok()) return before.status();
+    AddStats(*before, -1, paths, fallbacks).IgnoreError();
+  }
+
+  run.start_ns = MonotonicNowNs();
+  run.measure_start_ns = run.start_ns + static_cast<uint64_t>(o.ramp_s * 1e9);
+  run.measure_end_ns =
+      o.number > 0 ? UINT64_MAX : run.measure_start_ns + static_cast<uint64_t>(o.runtime_s * 1e9);
+  std::vector<std::unique_ptr<ThreadStats>> stats;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.threads; ++t) {
+    stats.push_back(std::make_unique<ThreadStats>());
+    v1::BlockRead::Stub& stub = clients[t % clients.size()]->stub();
+    threads.emplace_back([&, t] {
+      if (o.stream) {
+        StreamThread(run, stub, t, *stats[t]);
+      } else {
+        UnaryThread(run, stub, t, *stats[t]);
+      }
+    });
+  }
+
+  // Progress: a status line a second, on a terminal only.
+  std::atomic<bool> done{false};
+  std::thread progress;
+  if (o.progress && isatty(STDERR_FILENO)) {
+    progress = std::thread([&] {
+      uint64_t last_reads = 0, last_bytes = 0;
+      while (!done.load()) {
+        for (int i = 0; i < 10 && !done.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        uint64_t reads = 0, bytes = 0;
+        storage::HistogramSnapshot latency;
+        for (auto& s : stats) {
+          reads += s->reads.Load();
+          bytes += s->bytes.Load();
+          s->latency_ns.AddTo(latency);
+        }
+        fprintf(stderr, "\r[%5.1fs] %10.0f IOPS %9.2f MiB/s  p99 %s   ",
+                (MonotonicNowNs() - run.start_ns) / 1e9, static_cast<double>(reads - last_reads),
+                (bytes - last_bytes) / 1048576.0, FormatUs(latency.Percentile(0.99)).c_str());
+        last_reads = reads;
+        last_bytes = bytes;
+      }
+      fprintf(stderr, "\n");
+    });
+  }
+  for (auto& t : threads) t.join();
+  const uint64_t end_ns = std::min(MonotonicNowNs(), run.measure_end_ns);
+  done.store(true);
+  if (progress.joinable()) progress.join();
+  if (run.verify_fd >= 0) close(run.verify_fd);
+
+  LoadResult result;
+  result.seconds = (end_ns - std::min(end_ns, run.measure_start_ns)) / 1e9;
+  uint64_t queue = 0, device = 0, server = 0;
+  for (auto& s : stats) {
+    result.reads += s->reads.Load();
+    result.bytes += s->bytes.Load();
+    result.issued += s->issued.Load();
+    result.returned += s->returned.Load();
+    s->latency_ns.AddTo(result.latency_ns);
+    queue += s->queue_ns.Load();
+    device += s->device_ns.Load();
+    server += s->server_ns.Load();
+    for (const auto& [code, n] : s->errors) result.errors[code] += n;
+  }
+  if (result.reads > 0) {
+    result.server_queue_us = queue / 1e3 / result.reads;
+    result.server_device_us = device / 1e3 / result.reads;
+    result.server_total_us = server / 1e3 / result.reads;
+  }
+  for (const std::string& target : o.targets) {
+    auto after = BlockReadClient::Connect(target)->Stats();
+    if (after.ok()) AddStats(*after, 1, paths, fallbacks).IgnoreError();
+  }
+  result.server_paths = paths;
+  result.server_fallbacks = fallbacks;
+  result.verify_failure = run.failure;
+  return result;
+}
+
+std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
+  const storage::HistogramSnapshot& l = r.latency_ns;
+  std::string out = absl::StrFormat(
+      "%s %s bs=%s qd=%d threads=%d channels=%d%s: %.0f IOPS, %s/s, %u reads in %.2fs\n",
+      o.sequential ? "read" : "randread", o.stream ? "stream" : "unary",
+      FormatBytes(static_cast<double>(o.block_size)), o.queue_depth, o.threads, o.channels,
+      o.stream ? absl::StrFormat(" batch=%d", o.batch) : "", r.iops(), FormatBytes(r.bandwidth()),
+      r.reads, r.seconds);
+  absl::StrAppendFormat(&out, "latency: min %s mean %s p50 %s p90 %s p99 %s p99.9 %s max %s\n",
+                        FormatUs(l.Min()), FormatUs(l.Mean()), FormatUs(l.Percentile(0.5)),
+                        FormatUs(l.Percentile(0.9)), FormatUs(l.Percentile(0.99)),
+                        FormatUs(l.Percentile(0.999)), FormatUs(l.Max()));
+  absl::StrAppendFormat(&out,
+                        "split (mean): client+network %.1fus, server queue %.1fus, server device "
+                        "%.1fus (server total %.1fus)\n",
+                        l.Mean() / 1e3 - r.server_total_us, r.server_queue_us, r.server_device_us,
+                        r.server_total_us);
+  uint64_t errors = 0;
+  for (const auto& [code, n] : r.errors) errors += n;
+  absl::StrAppendFormat(&out, "reads issued %u, returned %u, errors %u", r.issued, r.returned,
+                        errors);
+  for (const auto& [code, n] : r.errors) absl::StrAppendFormat(&out, " %s=%u", code, n);
+  absl::StrAppend(&out, "\nserver paths:");
+  for (const auto& [path, n] : r.server_paths) absl::StrAppendFormat(&out, " %s=%u", path, n);
+  absl::StrAppend(&out, "; fallbacks:");
+  for (const auto& [reason, n] : r.server_fallbacks) {
+    if (n > 0) absl::StrAppendFormat(&out, " %s=%u", reason, n);
+  }
+  absl::StrAppend(&out, "\n");
+  if (!r.verify_failure.empty()) absl::StrAppend(&out, r.verify_failure, "\n");
+  return out;
+}
+
+std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
+  const storage::HistogramSnapshot& l = r.latency_ns;
+  nlohmann::json out;
+  out["options"] = {{"rw", o.sequential ? "read" : "randread"},
+                    {"mode", o.stream ? "stream" : "unary"},
+                    {"bs", o.block_size},
+                    {"qd", o.queue_depth},
+                    {"threads", o.threads},
+                    {"channels", o.channels},
+                    {"batch", o.batch},
+                    {"targets", o.targets}};
+  out["seconds"] = r.seconds;
+  out["reads"] = r.reads;
+  out["iops"] = r.iops();
+  out["bw_bytes"] = r.bandwidth();
+  out["lat_us"] = {{"min", l.Min() / 1e3},
+                   {"mean", l.Mean() / 1e3},
+                   {"p50", l.Percentile(0.5) / 1e3},
+                   {"p90", l.Percentile(0.9) / 1e3},
+                   {"p99", l.Percentile(0.99) / 1e3},
+                   {"p999", l.Percentile(0.999) / 1e3},
+                   {"max", l.Max() / 1e3}};
+  out["lat_split_us"] = {{"client_network", l.Mean() / 1e3 - r.server_total_us},
+                         {"server_queue", r.server_queue_us},
+                         {"server_device", r.server_device_us},
+                         {"server_total", r.server_total_us}};
+  out["issued"] = r.issued;
+  out["returned"] = r.returned;
+  out["errors"] = nlohmann::json::object();
+  for (const auto& [code, n] : r.errors) out["errors"][code] = n;
+  out["server_paths"] = r.server_paths;
+  out["server_fallbacks"] = r.server_fallbacks;
+  if (!r.verify_failure.empty()) out["verify_failure"] = r.verify_failure;
+  return out.dump(2);
+}
+
+}  // namespace blockread::client
