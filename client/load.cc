@@ -372,16 +372,18 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   run.measure_start_ns = run.start_ns + static_cast<uint64_t>(o.ramp_s * 1e9);
   run.measure_end_ns =
       o.number > 0 ? UINT64_MAX : run.measure_start_ns + static_cast<uint64_t>(o.runtime_s * 1e9);
+  // All recorders exist before the first thread starts: threads hold references into them.
   std::vector<std::unique_ptr<ThreadStats>> stats;
+  for (int t = 0; t < o.threads; ++t) stats.push_back(std::make_unique<ThreadStats>());
   std::vector<std::thread> threads;
   for (int t = 0; t < o.threads; ++t) {
-    stats.push_back(std::make_unique<ThreadStats>());
     v1::BlockRead::Stub& stub = clients[t % clients.size()]->stub();
-    threads.emplace_back([&, t] {
+    ThreadStats& thread_stats = *stats[t];
+    threads.emplace_back([&run, &o, &stub, &thread_stats, t] {
       if (o.stream) {
-        StreamThread(run, stub, t, *stats[t]);
+        StreamThread(run, stub, t, thread_stats);
       } else {
-        UnaryThread(run, stub, t, *stats[t]);
+        UnaryThread(run, stub, t, thread_stats);
       }
     });
   }
