@@ -71,11 +71,11 @@ class ServerTest : public ::testing::Test {
     if (!testing::LoopDevicesUnavailableReason().empty()) return;
     dir_ = new TempDir();
     for (FsType type : {FsType::kExt4, FsType::kXfs}) {
-      auto fs = testing::MakeLoopFilesystem(type, dir_->path(), 512 * kMiB);
+      // Each filesystem's files in a directory named after it: served as "ext4/...", "xfs/...".
+      auto fs = testing::MakeShapesFilesystem(type, dir_->path(), static_cast<uint64_t>(type) + 21,
+                                              testing::FsTypeName(type));
       ASSERT_TRUE(fs.ok()) << fs.status();
       const std::string sub = absl::StrCat((*fs)->root(), "/", testing::FsTypeName(type));
-      ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
-      testing::WriteShapes(sub, static_cast<uint64_t>(type) + 21);
       for (const std::string& shape : testing::kShapes) {
         files_[absl::StrCat(testing::FsTypeName(type), "/", shape)] = sub + "/" + shape;
       }

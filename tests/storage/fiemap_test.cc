@@ -29,7 +29,6 @@ using testing::WriteAt;
 
 constexpr uint64_t kMiB = 1 << 20;
 using testing::kShapes;
-using testing::WriteShapes;
 
 // Reads `count` random ranges (and the edges) through the map and through the filesystem.
 void ExpectMapMatchesFilesystem(const Catalog& catalog, const FileMap& map, const std::string& path,
@@ -60,11 +59,8 @@ class FiemapImportTest : public ::testing::TestWithParam<FsType> {
     if (!testing::LoopDevicesUnavailableReason().empty()) return;
     dir_ = new TempDir();
     for (FsType type : {FsType::kExt4, FsType::kXfs}) {
-      // ext4 with inline_data, so tiny files exercise the DATA_INLINE route.
-      auto fs = testing::MakeLoopFilesystem(type, dir_->path(), 512 * kMiB,
-                                            type == FsType::kExt4 ? "-O inline_data" : "");
+      auto fs = testing::MakeShapesFilesystem(type, dir_->path(), static_cast<uint64_t>(type) + 1);
       ASSERT_TRUE(fs.ok()) << fs.status();
-      WriteShapes((*fs)->root(), static_cast<uint64_t>(type) + 1);
       filesystems_[type] = std::move(*fs);
     }
   }

@@ -97,10 +97,8 @@ class ReadPathTest : public ::testing::TestWithParam<FsType> {
     if (!testing::LoopDevicesUnavailableReason().empty()) return;
     dir_ = new TempDir();
     for (FsType type : {FsType::kExt4, FsType::kXfs}) {
-      auto fs = testing::MakeLoopFilesystem(type, dir_->path(), 512 * kMiB,
-                                            type == FsType::kExt4 ? "-O inline_data" : "");
+      auto fs = testing::MakeShapesFilesystem(type, dir_->path(), static_cast<uint64_t>(type) + 11);
       ASSERT_TRUE(fs.ok()) << fs.status();
-      testing::WriteShapes((*fs)->root(), static_cast<uint64_t>(type) + 11);
       filesystems_[type] = *std::move(fs);
     }
   }

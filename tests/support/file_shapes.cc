@@ -1,6 +1,7 @@
 #include "tests/support/file_shapes.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gtest/gtest.h"
@@ -57,6 +58,24 @@ void WriteShapes(const std::string& root, uint64_t seed) {
   check(WriteAt(root + "/big", 80 * kMiB, RandomBytes(777, seed + 7), true));
   // Written and not synced: still in the page cache (delayed allocation) at import.
   check(WriteAt(root + "/unsynced", 0, RandomBytes(kMiB + 123, seed + 8), false));
+}
+
+absl::StatusOr<std::unique_ptr<LoopFilesystem>> MakeShapesFilesystem(FsType type,
+                                                                     const std::string& work_dir,
+                                                                     uint64_t seed,
+                                                                     const std::string& subdir) {
+  constexpr uint64_t kImageBytes = 512 << 20;  // XFS needs more than 300 MB
+  auto fs = MakeLoopFilesystem(type, work_dir, kImageBytes,
+                               type == FsType::kExt4 ? "-O inline_data" : "");
+  if (!fs.ok()) return fs.status();
+  std::string dir = (*fs)->root();
+  if (!subdir.empty()) {
+    dir += "/" + subdir;
+    if (mkdir(dir.c_str(), 0755) != 0) return absl::InternalError("mkdir " + dir);
+  }
+  WriteShapes(dir, seed);
+  if (::testing::Test::HasFatalFailure()) return absl::InternalError("writing the shapes failed");
+  return fs;
 }
 
 }  // namespace blockread::testing
