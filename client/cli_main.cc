@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +19,7 @@
 #include "client/crc32c.h"
 #include "client/load.h"
 #include "client/load_cli.h"
+#include "client/stats_view.h"
 #include "client/units.h"
 
 namespace blockread::client {
@@ -63,93 +66,10 @@ struct ByteCountValidator : CLI::Validator {
   }
 };
 
-const char* PathName(v1::ReadPath path) { return path == v1::SIMPLE ? "simple" : "generic"; }
-
-std::string FallbackName(v1::FallbackReason reason) {
-  std::string name = v1::FallbackReason_Name(reason);
-  if (name.rfind("FALLBACK_", 0) == 0) name = name.substr(9);
-  for (char& c : name) c = static_cast<char>(std::tolower(c));
-  return name;
-}
-
 std::string SourceName(v1::FileSource source) {
   std::string name = v1::FileSource_Name(source);
   for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
   return name;
-}
-
-double Percentile(const v1::Histogram& histogram, double q) {
-  uint64_t total = 0;
-  for (const auto& b : histogram.buckets()) total += b.count();
-  if (total == 0) return 0;
-  uint64_t rank = static_cast<uint64_t>(q * total + 0.5);
-  if (rank < 1) rank = 1;
-  uint64_t seen = 0;
-  for (const auto& b : histogram.buckets()) {
-    seen += b.count();
-    if (seen >= rank) return static_cast<double>(b.upper_bound_ns());
-  }
-  return static_cast<double>(histogram.buckets().rbegin()->upper_bound_ns());
-}
-
-nlohmann::json StatsToJson(const v1::GetStatsResponse& stats) {
-  nlohmann::json out;
-  out["uptime_s"] = stats.uptime_ns() / 1e9;
-  for (const v1::PathStats& p : stats.paths()) {
-    out["paths"][PathName(p.path())] = {
-        {"reads", p.reads()},
-        {"bytes", p.bytes()},
-        {"errors", p.errors()},
-        {"p50_us", Percentile(p.total_latency(), 0.5) / 1000},
-        {"p99_us", Percentile(p.total_latency(), 0.99) / 1000},
-        {"device_p50_us", Percentile(p.device_latency(), 0.5) / 1000},
-        {"device_p99_us", Percentile(p.device_latency(), 0.99) / 1000}};
-  }
-  for (const v1::FallbackCount& f : stats.fallbacks()) {
-    out["fallbacks"][FallbackName(f.reason())] = f.count();
-  }
-  for (const v1::DeviceStats& d : stats.devices()) {
-    out["devices"].push_back({{"name", d.name()},
-                              {"path", d.path()},
-                              {"reads", d.reads()},
-                              {"bytes", d.bytes()},
-                              {"errors", d.errors()},
-                              {"inflight", d.inflight()},
-                              {"poll_mode", d.poll_mode()}});
-  }
-  for (const v1::WorkerStats& w : stats.workers()) {
-    out["workers"].push_back({{"worker", w.worker()},
-                              {"cpu", w.cpu()},
-                              {"reads", w.reads()},
-                              {"busy_s", w.busy_ns() / 1e9},
-                              {"idle_s", w.idle_ns() / 1e9},
-                              {"empty_polls", w.empty_polls()}});
-  }
-  return out;
-}
-
-void PrintStats(const v1::GetStatsResponse& stats) {
-  uint64_t total_reads = 0;
-  for (const v1::PathStats& p : stats.paths()) total_reads += p.reads();
-  const double uptime = stats.uptime_ns() / 1e9;
-  printf("%-8s %12s %10s %12s %10s %10s %8s %8s\n", "path", "reads", "IOPS(avg)", "MiB/s(avg)",
-         "p50", "p99", "share", "errors");
-  for (const v1::PathStats& p : stats.paths()) {
-    printf("%-8s %12lu %10.0f %12.2f %9.1fus %9.1fus %7.1f%% %8lu\n", PathName(p.path()), p.reads(),
-           uptime > 0 ? p.reads() / uptime : 0.0, uptime > 0 ? p.bytes() / uptime / (1 << 20) : 0.0,
-           Percentile(p.total_latency(), 0.5) / 1000, Percentile(p.total_latency(), 0.99) / 1000,
-           total_reads ? 100.0 * p.reads() / total_reads : 0.0, p.errors());
-  }
-  printf("\nfallbacks:");
-  for (const v1::FallbackCount& f : stats.fallbacks()) {
-    printf(" %s=%lu", FallbackName(f.reason()).c_str(), f.count());
-  }
-  printf("\n\n%-16s %-24s %12s %12s %8s %10s\n", "device", "path", "reads", "bytes", "errors",
-         "poll");
-  for (const v1::DeviceStats& d : stats.devices()) {
-    printf("%-16s %-24s %12lu %12s %8lu %10s\n", d.name().c_str(), d.path().c_str(), d.reads(),
-           FormatBytes(static_cast<double>(d.bytes())).c_str(), d.errors(), d.poll_mode().c_str());
-  }
 }
 
 int Main(int argc, char** argv) {
@@ -184,7 +104,15 @@ int Main(int argc, char** argv) {
   ls->add_flag("--json", json, "Print JSON");
 
   CLI::App* stats = app.add_subcommand("stats", "Per-path statistics of the server");
-  stats->add_flag("--json", json, "Print JSON");
+  stats->add_flag("--json", json, "Print JSON (with --watch: one object per line)");
+  double watch_s = 0;
+  int watch_count = 0;
+  stats->add_option("--watch", watch_s,
+                    "Refresh every N seconds (N may be fractional), with IOPS, MiB/s and "
+                    "percentiles over each interval; Ctrl-C stops")
+      ->check(CLI::PositiveNumber);
+  stats->add_option("--count", watch_count, "With --watch: stop after this many refreshes")
+      ->check(CLI::PositiveNumber);
 
   CLI::App* explain = app.add_subcommand(
       "explain", "Which extents cover a range, and which path a read of it takes, and why");
@@ -255,11 +183,11 @@ int Main(int argc, char** argv) {
       }
     }
     fprintf(stderr, "read %zu bytes via the %s path (server %.1f us: queue %.1f, device %.1f)%s\n",
-            response->data().size(), PathName(response->path()),
+            response->data().size(), PathLabel(response->path()).c_str(),
             response->timing().total_ns() / 1e3, response->timing().queue_ns() / 1e3,
             response->timing().device_ns() / 1e3,
             response->fallback() != v1::FALLBACK_NONE
-                ? (" fallback " + FallbackName(response->fallback())).c_str()
+                ? (" fallback " + FallbackLabel(response->fallback())).c_str()
                 : "");
     return 0;
   }
@@ -298,14 +226,26 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*stats) {
-    auto response = client->Stats();
-    if (!response.ok()) return Fail(response.status(), target);
-    if (json) {
-      printf("%s\n", StatsToJson(*response).dump(2).c_str());
-    } else {
-      PrintStats(*response);
+    // Without --watch: one sample, rates since the server started. With it: a sample every
+    // watch_s seconds, rates over the interval since the previous one.
+    std::optional<v1::GetStatsResponse> previous;
+    const bool terminal = isatty(STDOUT_FILENO) != 0;
+    for (int shown = 0;; ++shown) {
+      auto response = client->Stats();
+      if (!response.ok()) return Fail(response.status(), target);
+      const v1::GetStatsResponse* before = previous ? &*previous : nullptr;
+      if (json) {
+        printf("%s\n", StatsViewJson(*response, before).dump(watch_s > 0 ? -1 : 2).c_str());
+      } else {
+        if (watch_s > 0 && terminal) printf("\033[H\033[2J");  // redraw in place
+        printf("%s", StatsViewText(*response, before).c_str());
+        if (watch_s > 0) printf("\n");
+      }
+      fflush(stdout);
+      if (watch_s <= 0 || (watch_count > 0 && shown + 1 >= watch_count)) return 0;
+      previous = std::move(*response);
+      std::this_thread::sleep_for(std::chrono::duration<double>(watch_s));
     }
-    return 0;
   }
   if (*explain) {
     auto response = client->Explain(file, offset, length);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "client/blockread_client.h"
 #include "client/crc32c.h"
+#include "client/stats_view.h"
 #include "client/units.h"
 #include "storage/clock.h"
 
@@ -290,14 +291,9 @@ std::string FormatUs(double ns) {
 absl::Status AddStats(const v1::GetStatsResponse& stats, int sign,
                       std::map<std::string, uint64_t>& paths,
                       std::map<std::string, uint64_t>& fallbacks) {
-  for (const v1::PathStats& p : stats.paths()) {
-    paths[p.path() == v1::SIMPLE ? "simple" : "generic"] += sign * p.reads();
-  }
+  for (const v1::PathStats& p : stats.paths()) paths[PathLabel(p.path())] += sign * p.reads();
   for (const v1::FallbackCount& f : stats.fallbacks()) {
-    std::string name = v1::FallbackReason_Name(f.reason());
-    name = name.substr(name.find('_') + 1);
-    for (char& c : name) c = static_cast<char>(std::tolower(c));
-    fallbacks[name] += sign * f.count();
+    fallbacks[FallbackLabel(f.reason())] += sign * f.count();
   }
   return absl::OkStatus();
 }

@@ -8,9 +8,11 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler liburing-dev libabsl-dev
-  libisal-dev libcli11-dev nlohmann-json3-dev
-  # tests: GoogleTest, real filesystems on loop devices, fio as the reference
-  libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio
+  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
+  # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
+  libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
+  # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against
+  qemu-utils jq
 )
 
 missing=()

@@ -60,6 +60,9 @@ ABSL_FLAG(std::optional<uint32_t>, max_queued_reads, std::nullopt,
           "(default 4096).");
 ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
           "On SIGTERM/SIGINT, how long in-flight RPCs may take to finish (default 10000).");
+ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
+          "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
+          "picks a free port, printed at startup.");
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
           "HTTP/2 keepalive ping interval on idle connections (default 30000).");
 
@@ -125,9 +128,15 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
   if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
   if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);
+  if (!config.has_metrics_listen()) config.set_metrics_listen(kDefaultMetricsListen);
   if (config.listen().find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", config.listen(), "' is not ADDR:PORT"));
+  }
+  if (!config.metrics_listen().empty() &&
+      config.metrics_listen().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_listen: '", config.metrics_listen(), "' is not ADDR:PORT (empty: off)"));
   }
   for (const std::string& spec : config.device()) {
     const size_t eq = spec.find('=');
@@ -175,6 +184,12 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_generic_slots)) config.set_generic_slots(*v);
   if (auto v = absl::GetFlag(FLAGS_max_queued_reads)) config.set_max_queued_reads(*v);
   if (auto v = absl::GetFlag(FLAGS_shutdown_grace_ms)) config.set_shutdown_grace_ms(*v);
+  // A plain string flag, not an optional one, because absl parses an empty optional flag as
+  // "unset" and empty must mean "off". So a value equal to the default counts as not given
+  // (the config file, if it says otherwise, wins).
+  if (std::string v = absl::GetFlag(FLAGS_metrics_listen); v != kDefaultMetricsListen) {
+    config.set_metrics_listen(v);
+  }
   if (auto v = absl::GetFlag(FLAGS_keepalive_time_ms)) config.set_keepalive_time_ms(*v);
   return FinalizeServerConfig(std::move(config));
 }

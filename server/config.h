@@ -13,6 +13,7 @@ namespace blockread::server {
 
 // Defaults for fields left unset by both the file and the flags.
 inline constexpr char kDefaultListen[] = "127.0.0.1:7420";
+inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:7421";
 inline constexpr char kDefaultDataDir[] = "./blockread-data";
 inline constexpr uint32_t kDefaultIdleSpinUs = 50;
 inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;

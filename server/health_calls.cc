@@ -72,6 +72,10 @@ class WatchCall final : public Call, public HealthWatcher {
         return;
       case kDone:
         done_pending_ = false;
+        if (!finishing_ && !finished_) {
+          worker_->mutable_counters().CountRpc(RpcMethod::kHealthWatch,
+                                               grpc::StatusCode::CANCELLED);
+        }
         MaybeDelete();
         return;
     }
@@ -101,6 +105,8 @@ class WatchCall final : public Call, public HealthWatcher {
     } else if (shared.stopping.load() && current == HealthCheckResponse::NOT_SERVING &&
                !finishing_ && !finished_ && worker_->accepting_operations()) {
       finishing_ = true;
+      worker_->mutable_counters().CountRpc(RpcMethod::kHealthWatch,
+                                           grpc::StatusCode::UNAVAILABLE);
       stream_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"),
                      &finish_tag_);
     }
@@ -147,7 +153,7 @@ class WatchCall final : public Call, public HealthWatcher {
 void PostHealthCalls(Worker* worker) {
   HealthService* service = &worker->shared().health_service;
   UnaryCall<HealthService, HealthCheckRequest, HealthCheckResponse>::Post(
-      worker, service, &HealthService::RequestCheck, &Check);
+      worker, service, &HealthService::RequestCheck, &Check, RpcMethod::kHealthCheck);
   WatchCall::Post(worker);
 }
 

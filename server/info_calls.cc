@@ -32,6 +32,17 @@ void HistogramToProto(const storage::HistogramSnapshot& in, v1::Histogram* out) 
   out->set_sum_ns(in.sum);
 }
 
+// Appends the non-zero counts, by status code name.
+void ErrorCountsToProto(const storage::ErrorCountsSnapshot& in,
+                        google::protobuf::RepeatedPtrField<v1::ErrorCount>* out) {
+  for (int code = 0; code < storage::kStatusCodeCount; ++code) {
+    if (in[code] == 0) continue;
+    v1::ErrorCount* count = out->Add();
+    count->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+    count->set_count(in[code]);
+  }
+}
+
 grpc::Status StatFile(Worker& worker, const v1::StatFileRequest& request, v1::FileInfo* response) {
   auto map = worker.shared().catalog.Resolve(request.file());
   if (!map.ok()) return ToGrpcStatus(map.status());
@@ -164,6 +175,16 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     out->set_busy_ns(worker->counters().busy_ns.Load());
     out->set_idle_ns(worker->counters().idle_ns.Load());
     out->set_empty_polls(worker->counters().empty_polls.Load());
+    for (int method = 0; method < kRpcMethodCount; ++method) {
+      for (int code = 0; code < storage::kStatusCodeCount; ++code) {
+        const uint64_t n = worker->counters().rpcs[method][code].Load();
+        if (n == 0) continue;
+        v1::RpcCount* rpc = out->add_rpcs();
+        rpc->set_method(RpcMethodName(static_cast<RpcMethod>(method)));
+        rpc->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+        rpc->set_count(n);
+      }
+    }
   }
   for (int p = 0; p < storage::kReadPathCount; ++p) {
     const storage::PathSnapshot& in = snapshot.paths[p];
@@ -171,7 +192,9 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     out->set_path(ToProto(static_cast<storage::ReadPathKind>(p)));
     out->set_reads(in.requests);
     out->set_bytes(in.bytes);
-    out->set_errors(in.errors);
+    out->set_errors(in.error_count());
+    ErrorCountsToProto(in.errors, out->mutable_errors_by_code());
+    HistogramToProto(in.queue_ns, out->mutable_queue_latency());
     HistogramToProto(in.device_ns, out->mutable_device_latency());
     HistogramToProto(in.total_ns, out->mutable_total_latency());
   }
@@ -195,22 +218,27 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       const uint64_t interrupt = in.workers_by_poll_mode[0];
       const uint64_t iopoll = in.workers_by_poll_mode[1];
       out->set_poll_mode(iopoll == 0 ? "interrupt" : interrupt == 0 ? "iopoll" : "mixed");
+      out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
+      out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
     }
   }
+  ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
   response.set_uptime_ns(storage::MonotonicNowNs() - shared.start_ns);
+  response.set_version(BLOCKREAD_VERSION);
   return response;
 }
 
 void PostInfoCalls(Worker* worker) {
   Service* service = &worker->shared().service;
   UnaryCall<Service, v1::StatFileRequest, v1::FileInfo>::Post(worker, service,
-                                                              &Service::RequestStatFile, &StatFile);
+                                                              &Service::RequestStatFile, &StatFile,
+                                                              RpcMethod::kStatFile);
   UnaryCall<Service, v1::ListFilesRequest, v1::ListFilesResponse>::Post(
-      worker, service, &Service::RequestListFiles, &ListFiles);
+      worker, service, &Service::RequestListFiles, &ListFiles, RpcMethod::kListFiles);
   UnaryCall<Service, v1::GetStatsRequest, v1::GetStatsResponse>::Post(
-      worker, service, &Service::RequestGetStats, &GetStats);
+      worker, service, &Service::RequestGetStats, &GetStats, RpcMethod::kGetStats);
   UnaryCall<Service, v1::ExplainRequest, v1::ExplainResponse>::Post(
-      worker, service, &Service::RequestExplain, &Explain);
+      worker, service, &Service::RequestExplain, &Explain, RpcMethod::kExplain);
 }
 
 }  // namespace blockread::server

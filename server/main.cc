@@ -2,7 +2,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -11,7 +14,32 @@
 #include "server/server.h"
 #include "storage/log.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+// Abseil flags are spelled with underscores; users (and the docs) write --data-dir and
+// --metrics-listen too. Rewrites the name part of every "--flag[=value]" to underscores.
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--") break;  // the rest are not flags
+    if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) continue;
+    const size_t end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<ptrdiff_t>(end), '-', '_');
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int raw_argc, char** raw_argv) {
+  std::vector<std::string> normalized = NormalizeFlagNames(raw_argc, raw_argv);
+  std::vector<char*> args;
+  for (std::string& arg : normalized) args.push_back(arg.data());
+  args.push_back(nullptr);
+  int argc = raw_argc;
+  char** argv = args.data();
+
   // Block the stop signals in every thread (gRPC's threads inherit this mask) so the main thread
   // alone takes them, with sigwait, and shuts down in order.
   sigset_t stop_signals;
@@ -26,6 +54,8 @@ int main(int argc, char** argv) {
       "Sources (any mix): --device=NAME=PATH, --manifest=FILE, --serve-files=PATH[,PATH...].\n"
       "With none, a demo device is created under --data-dir and served.\n"
       "Settings also come from --config=FILE (textproto, blockread.v1.ServerConfig); flags win.\n"
+      "Flag names may be written with dashes or underscores (--data-dir, --data_dir).\n"
+      "Prometheus metrics: http://127.0.0.1:7421/metrics unless --metrics-listen says otherwise.\n"
       "SIGTERM/SIGINT: graceful shutdown (in-flight reads finish), exit status 0.\n\n"
       "Usage: blockread-server [flags]");
   absl::ParseCommandLine(argc, argv);
@@ -41,6 +71,13 @@ int main(int argc, char** argv) {
   }
   const std::string host = config->listen().substr(0, config->listen().rfind(':'));
   printf("blockread-server: listening on %s:%d\n", host.c_str(), (*server)->port());
+  if ((*server)->metrics_port() != 0) {
+    const std::string& metrics = config->metrics_listen();
+    printf("blockread-server: metrics on http://%s:%d/metrics\n",
+           metrics.substr(0, metrics.rfind(':')).c_str(), (*server)->metrics_port());
+  } else {
+    printf("blockread-server: metrics off\n");
+  }
   fflush(stdout);
 
   int signal_number = 0;

@@ -14,13 +14,13 @@ namespace {
 // Fills the fields ReadBlockResponse and ReadResult share from a successful engine result.
 template <typename Message>
 void FillFromResult(Message& message, const storage::ReadResult& result, bool want_crc32c,
-                    uint64_t arrival_ns, uint64_t started_ns) {
+                    uint64_t arrival_ns) {
   message.set_data(result.data, result.length);
   message.set_path(ToProto(result.path));
   message.set_fallback(ToProto(result.path, result.fallback));
   if (want_crc32c) message.set_crc32c(Crc32c(result.data, result.length));
   v1::ServerTiming* timing = message.mutable_timing();
-  timing->set_queue_ns(started_ns - arrival_ns);
+  timing->set_queue_ns(result.queue_ns);
   timing->set_device_ns(result.device_ns);
   timing->set_total_ns(storage::MonotonicNowNs() - arrival_ns);
 }
@@ -73,6 +73,9 @@ void ReadBlockCall::OnEvent(uint8_t event, bool ok) {
     case kDone:
       done_pending_ = false;
       cancelled_ = context_.IsCancelled();
+      if (cancelled_ && !finish_sent_) {
+        worker_->mutable_counters().CountRpc(RpcMethod::kReadBlock, grpc::StatusCode::CANCELLED);
+      }
       if (cancelled_ && deferred_) {
         worker_->Undefer(this);
         deferred_ = false;
@@ -83,9 +86,8 @@ void ReadBlockCall::OnEvent(uint8_t event, bool ok) {
 }
 
 absl::Status ReadBlockCall::TryStart() {
-  started_ns_ = storage::MonotonicNowNs();
-  absl::Status status = worker_->engine().StartRead(request_.file(), request_.offset(),
-                                                    request_.length(), &OnReadDone, this);
+  absl::Status status = worker_->engine().StartRead(
+      request_.file(), request_.offset(), request_.length(), &OnReadDone, this, arrival_ns_);
   if (status.ok()) read_in_flight_ = true;
   return status;
 }
@@ -109,8 +111,7 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
   if (!result.status.ok()) {
     call->FinishWith(ToGrpcStatus(result.status));
   } else {
-    FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_,
-                   call->started_ns_);
+    FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_);
     call->FinishWith(grpc::Status::OK);
   }
   return false;
@@ -122,6 +123,8 @@ void ReadBlockCall::FinishWith(const grpc::Status& status) {
     return;
   }
   finish_pending_ = true;
+  finish_sent_ = true;
+  worker_->mutable_counters().CountRpc(RpcMethod::kReadBlock, status.error_code());
   if (status.ok()) {
     responder_.Finish(response_, status, &finish_tag_);
   } else {
@@ -187,6 +190,10 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
     case kDone:
       done_pending_ = false;
       if (context_.IsCancelled()) {
+        if (!finish_sent_) {
+          worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks,
+                                               grpc::StatusCode::CANCELLED);
+        }
         cancelled_ = true;
         for (StreamRead* read : deferred_) {
           worker_->Undefer(read);
@@ -236,9 +243,9 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
 }
 
 absl::Status ReadBlocksCall::TryStart(StreamRead& read) {
-  read.started_ns = storage::MonotonicNowNs();
-  absl::Status status = worker_->engine().StartRead(read.item.file(), read.item.offset(),
-                                                    read.item.length(), &OnReadDone, &read);
+  absl::Status status =
+      worker_->engine().StartRead(read.item.file(), read.item.offset(), read.item.length(),
+                                  &OnReadDone, &read, read.arrival_ns);
   if (status.ok()) ++in_flight_;
   return status;
 }
@@ -269,7 +276,7 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
   }
   v1::ReadResult* out = call->outgoing_.add_results();
   out->set_tag(read->item.tag());
-  FillFromResult(*out, result, read->item.want_crc32c(), read->arrival_ns, read->started_ns);
+  FillFromResult(*out, result, read->item.want_crc32c(), read->arrival_ns);
   call->outgoing_bytes_ += result.length;
   call->FreeRead(read);
   call->ScheduleFlush();
@@ -331,6 +338,7 @@ void ReadBlocksCall::MaybeFinish() {
   }
   finish_sent_ = true;
   finish_pending_ = true;
+  worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks, grpc::StatusCode::OK);
   stream_.Finish(grpc::Status::OK, &finish_tag_);
 }
 

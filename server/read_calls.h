@@ -45,9 +45,9 @@ class ReadBlockCall final : public Call, public DeferredRead {
   CallTag finish_tag_{this, kFinish};
   CallTag done_tag_{this, kDone};
   uint64_t arrival_ns_ = 0;
-  uint64_t started_ns_ = 0;
   bool read_in_flight_ = false;
   bool deferred_ = false;
+  bool finish_sent_ = false;  // a status went out (else a cancellation counts as CANCELLED)
   bool finish_pending_ = false;
   bool done_pending_ = false;
   bool cancelled_ = false;
@@ -70,7 +70,6 @@ class ReadBlocksCall final : public Call, public Flushable {
     ReadBlocksCall* call = nullptr;
     v1::ReadItem item;
     uint64_t arrival_ns = 0;
-    uint64_t started_ns = 0;
     bool RetryStart() override;
   };
 

@@ -88,6 +88,14 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
     server->Shutdown();
     return failure;
   }
+  if (!server->config_.metrics_listen().empty()) {
+    auto metrics = MetricsEndpoint::Start(server->config_.metrics_listen(), shared);
+    if (!metrics.ok()) {
+      server->Shutdown();
+      return metrics.status();
+    }
+    server->metrics_ = std::move(*metrics);
+  }
   shared.health.store(grpc::health::v1::HealthCheckResponse::SERVING);
   for (Worker* worker : shared.workers) worker->Wake();  // tell open Watch streams
   storage::LogInfo(absl::StrFormat(
@@ -101,6 +109,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
 void BlockReadServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  metrics_.reset();
   if (shared_ != nullptr) {
     shared_->health.store(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
     shared_->stopping.store(true);

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "blockread/v1/server_config.pb.h"
+#include "server/metrics.h"
 #include "server/shared_state.h"
 #include "server/worker.h"
 #include "storage/catalog.h"
@@ -30,6 +31,8 @@ class BlockReadServer {
 
   // The port actually bound (differs from the configured one when that is 0).
   int port() const { return port_; }
+  // The /metrics port actually bound; 0 when metrics are off.
+  int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
   const storage::Catalog& catalog() const { return catalog_; }
 
   // Graceful stop: health goes NOT_SERVING, no new RPCs are accepted, RPCs in flight get
@@ -45,6 +48,7 @@ class BlockReadServer {
   std::unique_ptr<SharedState> shared_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<MetricsEndpoint> metrics_;  // reads the workers: stopped before them
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -20,9 +20,11 @@ class UnaryCall final : public Call {
   // Fills the response, or returns the error to answer with.
   using Handler = grpc::Status (*)(Worker& worker, const Request& request, Response* response);
 
-  // Starts waiting for the next call of `method` on the worker's queue.
-  static void Post(Worker* worker, Service* service, RequestMethod method, Handler handler) {
-    new UnaryCall(worker, service, method, handler);
+  // Starts waiting for the next call of `method` on the worker's queue; finished calls are
+  // counted as `counted_as`.
+  static void Post(Worker* worker, Service* service, RequestMethod method, Handler handler,
+                   RpcMethod counted_as) {
+    new UnaryCall(worker, service, method, handler, counted_as);
   }
 
   void OnEvent(uint8_t event, bool ok) override {
@@ -34,8 +36,9 @@ class UnaryCall final : public Call {
       delete this;
       return;
     }
-    Post(worker_, service_, method_, handler_);
+    Post(worker_, service_, method_, handler_, counted_as_);
     const grpc::Status status = handler_(*worker_, request_, &response_);
+    worker_->mutable_counters().CountRpc(counted_as_, status.error_code());
     if (status.ok()) {
       responder_.Finish(response_, status, &finish_tag_);
     } else {
@@ -45,11 +48,13 @@ class UnaryCall final : public Call {
 
  private:
   enum Event : uint8_t { kRequest, kFinish };
-  UnaryCall(Worker* worker, Service* service, RequestMethod method, Handler handler)
+  UnaryCall(Worker* worker, Service* service, RequestMethod method, Handler handler,
+            RpcMethod counted_as)
       : worker_(worker),
         service_(service),
         method_(method),
         handler_(handler),
+        counted_as_(counted_as),
         responder_(&context_) {
     (service_->*method_)(&context_, &request_, &responder_, worker_->queue(), worker_->queue(),
                          &request_tag_);
@@ -59,6 +64,7 @@ class UnaryCall final : public Call {
   Service* const service_;
   const RequestMethod method_;
   const Handler handler_;
+  const RpcMethod counted_as_;
   grpc::ServerContext context_;
   Request request_;
   Response response_;

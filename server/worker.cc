@@ -24,6 +24,28 @@ constexpr int kGrpcEventsPerTurn = 64;
 
 }  // namespace
 
+const char* RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kReadBlock:
+      return "ReadBlock";
+    case RpcMethod::kReadBlocks:
+      return "ReadBlocks";
+    case RpcMethod::kStatFile:
+      return "StatFile";
+    case RpcMethod::kListFiles:
+      return "ListFiles";
+    case RpcMethod::kGetStats:
+      return "GetStats";
+    case RpcMethod::kExplain:
+      return "Explain";
+    case RpcMethod::kHealthCheck:
+      return "grpc.health.v1.Health/Check";
+    case RpcMethod::kHealthWatch:
+      return "grpc.health.v1.Health/Watch";
+  }
+  return "unknown";
+}
+
 Worker::Worker(int index, int cpu, SharedState& shared,
                std::unique_ptr<grpc::ServerCompletionQueue> queue)
     : index_(index), cpu_(cpu), shared_(shared), queue_(std::move(queue)) {}

@@ -6,6 +6,7 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/server_context.h>
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <future>
@@ -22,12 +23,32 @@
 
 namespace blockread::server {
 
-// Loop counters, written by the worker only (see storage::Counter), read by GetStats.
+// The RPC methods the server counts (a bounded label set).
+enum class RpcMethod : uint8_t {
+  kReadBlock = 0,
+  kReadBlocks,
+  kStatFile,
+  kListFiles,
+  kGetStats,
+  kExplain,
+  kHealthCheck,
+  kHealthWatch,
+};
+inline constexpr int kRpcMethodCount = 8;
+const char* RpcMethodName(RpcMethod method);
+
+// Loop and RPC counters, written by the worker only (see storage::Counter), read by GetStats.
 struct WorkerCounters {
   storage::Counter reads;        // reads answered (RPC level: a stream counts each read)
   storage::Counter busy_ns;      // loop time that found work
   storage::Counter idle_ns;      // loop time that found none, blocked time included
   storage::Counter empty_polls;  // loop turns that found no work
+  // RPCs finished, by method and status code (CANCELLED: the client went away first).
+  std::array<storage::ErrorCounts, kRpcMethodCount> rpcs;
+
+  void CountRpc(RpcMethod method, grpc::StatusCode code) {
+    rpcs[static_cast<int>(method)][static_cast<int>(code)].Add(1);
+  }
 };
 
 // A read that found every engine slot busy; the worker retries it in FIFO order.

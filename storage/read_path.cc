@@ -36,7 +36,8 @@ struct alignas(64) EngineContext::Slot {
   void* context = nullptr;
   const char* data = nullptr;
   uint64_t data_length = 0;
-  uint64_t start_ns = 0;
+  uint64_t arrival_ns = 0;  // when the caller received the read (queue stage start)
+  uint64_t start_ns = 0;    // when StartRead took this slot
   uint32_t pending_ios = 0;
   bool had_io = false;  // delivered in the PollOnce that reaped its last I/O
   ReadPathKind path = ReadPathKind::kSimple;
@@ -237,8 +238,18 @@ absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset,
 }
 
 absl::Status EngineContext::StartRead(absl::string_view file, uint64_t offset, uint64_t length,
-                                      ReadDoneFn done, void* context) {
+                                      ReadDoneFn done, void* context, uint64_t arrival_ns) {
+  absl::Status status = Start(file, offset, length, done, context, arrival_ns);
+  if (!status.ok() && !absl::IsResourceExhausted(status)) [[unlikely]] {
+    stats_.rejected()[static_cast<int>(status.code())].Add(1);
+  }
+  return status;
+}
+
+absl::Status EngineContext::Start(absl::string_view file, uint64_t offset, uint64_t length,
+                                  ReadDoneFn done, void* context, uint64_t arrival_ns) {
   const uint64_t start_ns = MonotonicNowNs();
+  if (arrival_ns == 0 || arrival_ns > start_ns) arrival_ns = start_ns;
   if (absl::Status valid = ValidateReadRange(config_, offset, length); !valid.ok()) return valid;
   absl::StatusOr<FileMapRef> map = catalog_.Resolve(file);
   if (!map.ok()) return map.status();
@@ -246,13 +257,15 @@ absl::Status EngineContext::StartRead(absl::string_view file, uint64_t offset, u
       DecideReadPath(**map, offset, length, config_.simple_max_bytes);
   if (!decision.ok()) return decision.status();
   if (decision->path == ReadPathKind::kSimple) {
-    return StartSimple(decision->extent, offset, length, done, context, start_ns);
+    return StartSimple(decision->extent, offset, length, done, context, arrival_ns, start_ns);
   }
-  return StartGeneric(**map, decision->fallback, offset, length, done, context, start_ns);
+  return StartGeneric(**map, decision->fallback, offset, length, done, context, arrival_ns,
+                      start_ns);
 }
 
 absl::Status EngineContext::StartSimple(const Extent& extent, uint64_t offset, uint64_t length,
-                                        ReadDoneFn done, void* context, uint64_t start_ns) {
+                                        ReadDoneFn done, void* context, uint64_t arrival_ns,
+                                        uint64_t start_ns) {
   if (free_simple_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "all %u simple-path read slots of this worker are busy", config_.simple_slots));
@@ -262,6 +275,7 @@ absl::Status EngineContext::StartSimple(const Extent& extent, uint64_t offset, u
   ++reads_in_flight_;
   slot.done = done;
   slot.context = context;
+  slot.arrival_ns = arrival_ns;
   slot.start_ns = start_ns;
   slot.data = slot.buffer;
   slot.data_length = length;
@@ -284,7 +298,7 @@ absl::Status EngineContext::StartSimple(const Extent& extent, uint64_t offset, u
 
 absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reason, uint64_t offset,
                                          uint64_t length, ReadDoneFn done, void* context,
-                                         uint64_t start_ns) {
+                                         uint64_t arrival_ns, uint64_t start_ns) {
   if (free_generic_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "all %u generic-path read slots of this worker are busy", config_.generic_slots));
@@ -295,6 +309,7 @@ absl::Status EngineContext::StartGeneric(const FileMap& map, FallbackReason reas
   stats_.fallback(reason).Add(1);
   slot.done = done;
   slot.context = context;
+  slot.arrival_ns = arrival_ns;
   slot.start_ns = start_ns;
   slot.fallback = reason;
   slot.error = 0;
@@ -393,7 +408,8 @@ void EngineContext::Deliver(Slot& slot, uint64_t now_ns) {
   result.path = slot.path;
   result.fallback = slot.fallback;
   result.handle.slot = &slot;
-  result.total_ns = now_ns - slot.start_ns;
+  result.queue_ns = slot.start_ns - slot.arrival_ns;
+  result.total_ns = now_ns - slot.arrival_ns;
   result.device_ns = slot.had_io ? now_ns - slot.start_ns : 0;
   PathStats& path = stats_.path(slot.path);
   path.requests.Add(1);
@@ -402,7 +418,6 @@ void EngineContext::Deliver(Slot& slot, uint64_t now_ns) {
     result.length = slot.data_length;
     path.bytes.Add(slot.data_length);
   } else {
-    path.errors.Add(1);
     const Device& device = catalog_.device(slot.error_device);
     const std::string where = absl::StrFormat("reading device %s (%s) at offset %u", device.name(),
                                               device.path(), slot.error_physical_offset);
@@ -412,7 +427,9 @@ void EngineContext::Deliver(Slot& slot, uint64_t now_ns) {
     result.status =
         absl::DataLossError(slot.short_read ? absl::StrCat("short read ", where)
                                             : std::string(PosixError(slot.error, where).message()));
+    path.errors[static_cast<int>(result.status.code())].Add(1);
   }
+  path.queue_ns.Record(result.queue_ns);
   path.device_ns.Record(result.device_ns);
   path.total_ns.Record(result.total_ns);
   --reads_in_flight_;

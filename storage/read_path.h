@@ -72,10 +72,12 @@ struct ReadResult {
   ReadPathKind path = ReadPathKind::kSimple;
   // Why the read fell back, when path == kGeneric.
   FallbackReason fallback = FallbackReason::kDisabled;
+  // The read's arrival (see StartRead) -> StartRead took a slot.
+  uint64_t queue_ns = 0;
   // StartRead -> the PollOnce that reaped the last I/O (0 when no I/O was needed). Includes
   // validation and lookup, which cost well under a microsecond; it excludes callback delays.
   uint64_t device_ns = 0;
-  uint64_t total_ns = 0;  // StartRead -> this callback
+  uint64_t total_ns = 0;  // arrival -> this callback
   ReadHandle handle;
 };
 
@@ -106,8 +108,11 @@ class EngineContext {
   // length or offset overflow, or a staleness error from the catalog), RESOURCE_EXHAUSTED when
   // every slot of the path it needs is busy (reap with PollOnce and retry); otherwise OK, and
   // done(context, result) runs later from PollOnce. A read at exactly EOF returns 0 bytes.
+  // `arrival_ns` (MonotonicNowNs clock) is when the read arrived at the caller, so time spent
+  // waiting for a slot (retries after RESOURCE_EXHAUSTED) shows as the queue stage; 0 means now.
+  // Refusals other than RESOURCE_EXHAUSTED are counted in stats().rejected().
   absl::Status StartRead(absl::string_view file, uint64_t offset, uint64_t length, ReadDoneFn done,
-                         void* context);
+                         void* context, uint64_t arrival_ns = 0);
 
   // One turn of the loop: submits all queued I/O (one io_uring_submit per ring), reaps whatever
   // completed (no syscall while the CQ ring has entries) and runs the callbacks of finished reads.
@@ -130,10 +135,13 @@ class EngineContext {
   explicit EngineContext(Catalog& catalog, const EngineConfig& config);
   absl::Status Init();
   absl::Status ProbeIoPoll(DeviceId device);
+  absl::Status Start(absl::string_view file, uint64_t offset, uint64_t length, ReadDoneFn done,
+                     void* context, uint64_t arrival_ns);
   absl::Status StartSimple(const Extent& extent, uint64_t offset, uint64_t length, ReadDoneFn done,
-                           void* context, uint64_t start_ns);
+                           void* context, uint64_t arrival_ns, uint64_t start_ns);
   absl::Status StartGeneric(const FileMap& map, FallbackReason reason, uint64_t offset,
-                            uint64_t length, ReadDoneFn done, void* context, uint64_t start_ns);
+                            uint64_t length, ReadDoneFn done, void* context, uint64_t arrival_ns,
+                            uint64_t start_ns);
   void QueuePiece(IoPiece& piece);
   void OnCompletion(uint64_t user_data, int result);
   void HandleIoFailureOrShortRead(IoPiece& piece, int result);

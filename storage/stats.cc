@@ -30,19 +30,35 @@ const char* PollModeName(PollMode mode) {
   return mode == PollMode::kIoPoll ? "iopoll" : "interrupt";
 }
 
+namespace {
+
+void AddCounts(const ErrorCounts& in, ErrorCountsSnapshot& out) {
+  for (int c = 0; c < kStatusCodeCount; ++c) out[c] += in[c].Load();
+}
+
+}  // namespace
+
+uint64_t PathSnapshot::error_count() const {
+  uint64_t total = 0;
+  for (uint64_t n : errors) total += n;
+  return total;
+}
+
 void StatsSnapshot::Add(const StatsShard& shard) {
   for (int p = 0; p < kReadPathCount; ++p) {
     const PathStats& in = shard.path(static_cast<ReadPathKind>(p));
     PathSnapshot& out = paths[p];
     out.requests += in.requests.Load();
     out.bytes += in.bytes.Load();
-    out.errors += in.errors.Load();
+    AddCounts(in.errors, out.errors);
+    in.queue_ns.AddTo(out.queue_ns);
     in.device_ns.AddTo(out.device_ns);
     in.total_ns.AddTo(out.total_ns);
   }
   for (int r = 0; r < kFallbackReasonCount; ++r) {
     fallbacks[r] += shard.fallback(static_cast<FallbackReason>(r)).Load();
   }
+  AddCounts(shard.rejected(), rejected);
   if (devices.size() < shard.device_count()) devices.resize(shard.device_count());
   for (uint32_t d = 0; d < shard.device_count(); ++d) {
     const DeviceStats& in = shard.device(d);

@@ -32,6 +32,10 @@ enum class FallbackReason : uint8_t {
 inline constexpr int kFallbackReasonCount = 7;
 const char* FallbackReasonName(FallbackReason reason);
 
+// Errors are counted by absl::StatusCode (OK = 0 .. UNAUTHENTICATED = 16), a bounded label set.
+inline constexpr int kStatusCodeCount = 17;
+using ErrorCounts = std::array<Counter, kStatusCodeCount>;
+
 // How a device's completions are found.
 enum class PollMode : uint8_t {
   kInterrupt = 0,  // interrupt-driven ring; completions reaped by spinning on the CQ ring
@@ -39,12 +43,15 @@ enum class PollMode : uint8_t {
 };
 const char* PollModeName(PollMode mode);
 
+// The stages a read's time is split into. The caller of StartRead says when the read arrived
+// (for the server: when the RPC message was received), so queueing in front of the engine counts.
 struct PathStats {
   Counter requests;            // reads finished on this path (successful or not)
   Counter bytes;               // bytes returned
-  Counter errors;              // reads that finished with an error
-  LatencyHistogram device_ns;  // first SQE submitted -> last CQE reaped
-  LatencyHistogram total_ns;   // read accepted by the engine -> completion delivered
+  ErrorCounts errors;          // reads that finished with an error, by status code
+  LatencyHistogram queue_ns;   // arrival -> StartRead took a slot (waits for busy slots)
+  LatencyHistogram device_ns;  // StartRead -> last CQE reaped (0 for reads with no I/O)
+  LatencyHistogram total_ns;   // arrival -> completion delivered
 };
 
 struct DeviceStats {
@@ -68,6 +75,10 @@ class StatsShard {
   const Counter& fallback(FallbackReason reason) const {
     return fallbacks_[static_cast<int>(reason)];
   }
+  // Reads StartRead refused before choosing a path (bad range, unknown or stale file), by code.
+  // RESOURCE_EXHAUSTED (slots busy, retry) is not a refusal and is not counted.
+  ErrorCounts& rejected() { return rejected_; }
+  const ErrorCounts& rejected() const { return rejected_; }
   DeviceStats& device(uint32_t id) { return devices_[id]; }
   const DeviceStats& device(uint32_t id) const { return devices_[id]; }
   size_t device_count() const { return devices_.size(); }
@@ -75,15 +86,21 @@ class StatsShard {
  private:
   std::array<PathStats, kReadPathCount> paths_;
   std::array<Counter, kFallbackReasonCount> fallbacks_;
+  ErrorCounts rejected_;
   std::vector<DeviceStats> devices_;
 };
+
+using ErrorCountsSnapshot = std::array<uint64_t, kStatusCodeCount>;
 
 struct PathSnapshot {
   uint64_t requests = 0;
   uint64_t bytes = 0;
-  uint64_t errors = 0;
+  ErrorCountsSnapshot errors{};  // by absl::StatusCode
+  HistogramSnapshot queue_ns;
   HistogramSnapshot device_ns;
   HistogramSnapshot total_ns;
+
+  uint64_t error_count() const;
 };
 
 struct DeviceSnapshot {
@@ -99,6 +116,7 @@ struct DeviceSnapshot {
 struct StatsSnapshot {
   std::array<PathSnapshot, kReadPathCount> paths;
   std::array<uint64_t, kFallbackReasonCount> fallbacks{};
+  ErrorCountsSnapshot rejected{};
   std::vector<DeviceSnapshot> devices;
 
   void Add(const StatsShard& shard);

@@ -27,6 +27,11 @@ TEST(ServerConfigTest, DefaultsAreFilledIn) {
   EXPECT_EQ(config->simple_max_bytes(), 4096u);
   EXPECT_EQ(config->max_read_bytes(), 1u << 20);
   EXPECT_EQ(config->idle_spin_us(), 50u);
+  EXPECT_EQ(config->metrics_listen(), "127.0.0.1:7421");
+  // Empty is a real value for metrics_listen (metrics off), not "unset".
+  v1::ServerConfig no_metrics;
+  no_metrics.set_metrics_listen("");
+  EXPECT_EQ(FinalizeServerConfig(no_metrics)->metrics_listen(), "");
   // 0 is a real value for simple_max_bytes (simple path off), not "unset".
   v1::ServerConfig off;
   off.set_simple_max_bytes(0);
@@ -77,6 +82,10 @@ TEST(ServerConfigTest, ErrorsNameTheProblem) {
   config.Clear();
   config.set_listen("nocolon");
   EXPECT_NE(FinalizeServerConfig(config).status().message().find("not ADDR:PORT"),
+            std::string::npos);
+  config.Clear();
+  config.set_metrics_listen("7421");
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("--metrics_listen: '7421'"),
             std::string::npos);
 }
 

@@ -61,8 +61,11 @@ TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
 
   StatsSnapshot stats;
   stats.Add((*engine)->stats());
-  EXPECT_EQ(stats.path(ReadPathKind::kSimple).errors, 1u);
-  EXPECT_EQ(stats.path(ReadPathKind::kGeneric).errors, 1u);
+  constexpr int kDataLoss = static_cast<int>(absl::StatusCode::kDataLoss);
+  EXPECT_EQ(stats.path(ReadPathKind::kSimple).errors[kDataLoss], 1u);
+  EXPECT_EQ(stats.path(ReadPathKind::kGeneric).errors[kDataLoss], 1u);
+  EXPECT_EQ(stats.path(ReadPathKind::kSimple).error_count(), 1u);
+  EXPECT_EQ(stats.path(ReadPathKind::kGeneric).error_count(), 1u);
   EXPECT_GE(stats.devices[0].errors, 2u);
   EXPECT_EQ(stats.devices[0].inflight, 0u);
 

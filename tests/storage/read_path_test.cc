@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
+#include "storage/clock.h"
 #include "tests/support/engine_driver.h"
 #include "tests/support/file_shapes.h"
 #include "tests/support/loop_device.h"
@@ -174,8 +175,15 @@ class ReadPathTest : public ::testing::TestWithParam<FsType> {
       generic += expected_fallbacks[r];
     }
     EXPECT_EQ(stats.path(ReadPathKind::kGeneric).requests, generic);
-    EXPECT_EQ(stats.path(ReadPathKind::kSimple).errors + stats.path(ReadPathKind::kGeneric).errors,
+    EXPECT_EQ(stats.path(ReadPathKind::kSimple).error_count() +
+                  stats.path(ReadPathKind::kGeneric).error_count(),
               0u);
+    for (ReadPathKind path : {ReadPathKind::kSimple, ReadPathKind::kGeneric}) {
+      // Every stage has one sample per read.
+      EXPECT_EQ(stats.path(path).queue_ns.count, stats.path(path).requests);
+      EXPECT_EQ(stats.path(path).device_ns.count, stats.path(path).requests);
+      EXPECT_EQ(stats.path(path).total_ns.count, stats.path(path).requests);
+    }
     return data;
   }
 
@@ -241,6 +249,15 @@ TEST_P(ReadPathTest, BadRequestsAreRefusedWithTheRightCode) {
   refused("tail", 0, 0, absl::StatusCode::kInvalidArgument, "length must be greater than 0");
   refused("tail", 0, 2 * kMiB, absl::StatusCode::kInvalidArgument, "max_read_bytes = 1048576");
   refused("tail", UINT64_MAX - 10, 100, absl::StatusCode::kInvalidArgument, "overflows");
+  // Refusals are counted by code, on no path.
+  StatsSnapshot refusals;
+  refusals.Add(engine->stats());
+  EXPECT_EQ(refusals.rejected[static_cast<int>(absl::StatusCode::kNotFound)], 1u);
+  EXPECT_EQ(refusals.rejected[static_cast<int>(absl::StatusCode::kOutOfRange)], 1u);
+  EXPECT_EQ(refusals.rejected[static_cast<int>(absl::StatusCode::kInvalidArgument)], 3u);
+  EXPECT_EQ(refusals.path(ReadPathKind::kSimple).requests +
+                refusals.path(ReadPathKind::kGeneric).requests,
+            0u);
 
   // At EOF: zero bytes, like pread. Across EOF: short.
   CompletedRead at_eof = ReadOnce(*engine, "tail", 5000, 100);
@@ -269,7 +286,25 @@ TEST_P(ReadPathTest, BusySlotsAreResourceExhaustedNotErrors) {
   EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
   while (engine->reads_in_flight() > 0) engine->PollOnce();
   EXPECT_EQ(done, 2);
-  EXPECT_TRUE(engine->StartRead("big", 8192, 4096, count, &done).ok());
+  // Retried with the time it first arrived: the wait shows as the queue stage.
+  const uint64_t arrival_ns = MonotonicNowNs() - 5'000'000;
+  struct Timed {
+    ReadResult result;
+    bool done = false;
+  } timed;
+  auto record = [](void* context, const ReadResult& result) {
+    static_cast<Timed*>(context)->result = result;
+    static_cast<Timed*>(context)->done = true;
+    return false;
+  };
+  ASSERT_TRUE(engine->StartRead("big", 8192, 4096, record, &timed, arrival_ns).ok());
+  while (!timed.done) engine->PollOnce();
+  EXPECT_GE(timed.result.queue_ns, 5'000'000u);
+  EXPECT_GE(timed.result.total_ns, timed.result.queue_ns + timed.result.device_ns);
+  StatsSnapshot stats;
+  stats.Add(engine->stats());
+  EXPECT_EQ(stats.rejected[static_cast<int>(absl::StatusCode::kResourceExhausted)], 0u)
+      << "busy slots are not refusals";
 }
 
 TEST_P(ReadPathTest, RetainedBufferStaysValidUntilReleased) {

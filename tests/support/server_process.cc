@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   server->log_path_ = log_path;
   args.insert(args.begin(), ServerBinary());
   args.push_back("--listen=127.0.0.1:0");
+  if (std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) {
+                     return a.starts_with("--metrics_listen") || a.starts_with("--metrics-listen");
+                   })) {
+    args.push_back("--metrics_listen=127.0.0.1:0");
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -44,10 +51,16 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   }
   close(out[1]);
   server->pid_ = pid;
-  // The first stdout line: "blockread-server: listening on 127.0.0.1:PORT".
-  std::string line;
-  char c;
-  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  // The first stdout lines: "blockread-server: listening on 127.0.0.1:PORT", then
+  // "blockread-server: metrics on http://127.0.0.1:PORT/metrics" or "... metrics off".
+  auto read_line = [fd = out[0]] {
+    std::string line;
+    char c;
+    while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+    return line;
+  };
+  const std::string line = read_line();
+  const std::string metrics_line = read_line();
   close(out[0]);
   const size_t colon = line.rfind(':');
   if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
@@ -55,6 +68,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
         absl::StrCat("server did not start: '", line, "'; log:\n", server->Log()));
   }
   server->port_ = std::stoi(line.substr(colon + 1));
+  if (metrics_line.find("metrics on http://") != std::string::npos) {
+    const size_t port_at = metrics_line.rfind(':') + 1;
+    server->metrics_port_ = std::stoi(metrics_line.substr(port_at));
+  }
   auto client = client::BlockReadClient::Connect(server->target());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {

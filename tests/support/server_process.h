@@ -14,8 +14,9 @@ namespace blockread::testing {
 
 class ServerProcess {
  public:
-  // Starts the server binary with `args` plus --listen=127.0.0.1:0 and waits until it prints its
-  // port and answers health SERVING (at most `timeout_s`). stderr goes to `log_path`.
+  // Starts the server binary with `args` plus --listen=127.0.0.1:0 (and
+  // --metrics_listen=127.0.0.1:0 unless `args` set it) and waits until it prints its ports and
+  // answers health SERVING (at most `timeout_s`). stderr goes to `log_path`.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(std::vector<std::string> args,
                                                               const std::string& log_path,
                                                               int timeout_s = 60);
@@ -23,6 +24,8 @@ class ServerProcess {
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
+  // The /metrics port; 0 when metrics are off.
+  int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
   // The server's stderr so far.
   std::string Log() const;
@@ -35,6 +38,7 @@ class ServerProcess {
   ServerProcess() = default;
   pid_t pid_ = -1;
   int port_ = 0;
+  int metrics_port_ = 0;
   std::string log_path_;
 };
 

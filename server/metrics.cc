@@ -1,0 +1,228 @@
+#include "server/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+
+#include <exception>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "grpcpp/grpcpp.h"
+#include "server/info_calls.h"
+
+namespace blockread::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr double kNsPerSecond = 1e9;
+
+// Histogram edges in ns: 2^k and 1.5 * 2^k from 1024 ns to 2^34 ns (about 17 s). Both are
+// bucket edges of storage::LatencyBuckets (8 linear sub-buckets per power of two), so "values
+// below the edge" is a sum of whole server buckets. Values are integral ns, so "< edge" and
+// "<= le" differ by at most one nanosecond.
+std::vector<uint64_t> HistogramEdgesNs() {
+  std::vector<uint64_t> edges;
+  for (int k = 10; k <= 34; ++k) {
+    edges.push_back(uint64_t{1} << k);
+    if (k < 34) edges.push_back((uint64_t{3} << k) / 2);
+  }
+  return edges;
+}
+
+// The double nearest the decimal value of `edge_ns` seconds, so the label reads "8.192e-06"
+// rather than the "8.192000000000001e-06" of a plain division.
+double EdgeSeconds(uint64_t edge_ns) {
+  return std::stod(absl::StrFormat("%de-9", edge_ns));
+}
+
+class FamilyBuilder {
+ public:
+  FamilyBuilder(std::vector<MetricFamily>& out, std::string name, std::string help,
+                MetricType type)
+      : family_(out.emplace_back()) {
+    family_.name = std::move(name);
+    family_.help = std::move(help);
+    family_.type = type;
+  }
+
+  ClientMetric& Add(std::vector<ClientMetric::Label> labels) {
+    ClientMetric& metric = family_.metric.emplace_back();
+    metric.label = std::move(labels);
+    return metric;
+  }
+  void Counter(std::vector<ClientMetric::Label> labels, double value) {
+    Add(std::move(labels)).counter.value = value;
+  }
+  void Gauge(std::vector<ClientMetric::Label> labels, double value) {
+    Add(std::move(labels)).gauge.value = value;
+  }
+  void Histogram(std::vector<ClientMetric::Label> labels, const v1::Histogram& in) {
+    static const std::vector<uint64_t> edges = HistogramEdgesNs();
+    ClientMetric::Histogram& out = Add(std::move(labels)).histogram;
+    out.sample_count = in.count();
+    out.sample_sum = static_cast<double>(in.sum_ns()) / kNsPerSecond;
+    // in.buckets() are ascending; a server bucket lies wholly below an edge when its inclusive
+    // upper bound is below it.
+    uint64_t cumulative = 0;
+    int next = 0;
+    for (uint64_t edge : edges) {
+      while (next < in.buckets_size() && in.buckets(next).upper_bound_ns() < edge) {
+        cumulative += in.buckets(next++).count();
+      }
+      out.bucket.push_back({cumulative, EdgeSeconds(edge)});
+    }
+    out.bucket.push_back({in.count(), std::numeric_limits<double>::infinity()});
+  }
+
+ private:
+  MetricFamily& family_;
+};
+
+// "SIMPLE" -> "simple", "FALLBACK_UNALIGNED" -> "unaligned": the proto enum names, lowercased.
+std::string PathLabel(v1::ReadPath path) { return absl::AsciiStrToLower(v1::ReadPath_Name(path)); }
+std::string ReasonLabel(v1::FallbackReason reason) {
+  return absl::AsciiStrToLower(
+      absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
+}
+
+}  // namespace
+
+std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& stats) {
+  std::vector<MetricFamily> out;
+  out.reserve(20);
+  FamilyBuilder(out, "blockread_build_info", "The server's version; the value is always 1.",
+                MetricType::Gauge)
+      .Gauge({{"version", stats.version()}, {"grpc_version", grpc::Version()}}, 1);
+  FamilyBuilder(out, "blockread_uptime_seconds", "Time since the server started.",
+                MetricType::Gauge)
+      .Gauge({}, static_cast<double>(stats.uptime_ns()) / kNsPerSecond);
+
+  FamilyBuilder reads(out, "blockread_reads_total", "Reads finished, by the path that served them.",
+                      MetricType::Counter);
+  FamilyBuilder bytes(out, "blockread_read_bytes_total", "Bytes returned, by path.",
+                      MetricType::Counter);
+  FamilyBuilder errors(out, "blockread_read_errors_total",
+                       "Reads that failed on a path (device errors), by path and status code.",
+                       MetricType::Counter);
+  FamilyBuilder durations(out, "blockread_read_duration_seconds",
+                          "Read latency by path and stage: queue (arrival to a free slot), "
+                          "device (slot to last I/O completion), total (arrival to completion).",
+                          MetricType::Histogram);
+  for (const v1::PathStats& path : stats.paths()) {
+    const std::string label = PathLabel(path.path());
+    reads.Counter({{"path", label}}, static_cast<double>(path.reads()));
+    bytes.Counter({{"path", label}}, static_cast<double>(path.bytes()));
+    for (const v1::ErrorCount& error : path.errors_by_code()) {
+      errors.Counter({{"path", label}, {"code", error.code()}}, static_cast<double>(error.count()));
+    }
+    durations.Histogram({{"path", label}, {"stage", "queue"}}, path.queue_latency());
+    durations.Histogram({{"path", label}, {"stage", "device"}}, path.device_latency());
+    durations.Histogram({{"path", label}, {"stage", "total"}}, path.total_latency());
+  }
+  FamilyBuilder rejected(out, "blockread_read_rejections_total",
+                         "Reads refused before a path was chosen (bad range, unknown or stale "
+                         "file), by status code.",
+                         MetricType::Counter);
+  for (const v1::ErrorCount& error : stats.rejected()) {
+    rejected.Counter({{"code", error.code()}}, static_cast<double>(error.count()));
+  }
+  FamilyBuilder fallbacks(out, "blockread_fallbacks_total",
+                          "Reads that took the generic path, by the reason they did not take "
+                          "the simple one.",
+                          MetricType::Counter);
+  for (const v1::FallbackCount& fallback : stats.fallbacks()) {
+    fallbacks.Counter({{"reason", ReasonLabel(fallback.reason())}},
+                      static_cast<double>(fallback.count()));
+  }
+
+  FamilyBuilder device_reads(out, "blockread_device_reads_total", "Device I/Os completed.",
+                             MetricType::Counter);
+  FamilyBuilder device_bytes(out, "blockread_device_read_bytes_total", "Bytes read from a device.",
+                             MetricType::Counter);
+  FamilyBuilder device_errors(out, "blockread_device_errors_total", "Device I/Os that failed.",
+                              MetricType::Counter);
+  FamilyBuilder device_inflight(out, "blockread_device_inflight",
+                                "Device I/Os submitted and not yet completed.", MetricType::Gauge);
+  FamilyBuilder poll_mode(out, "blockread_device_poll_mode",
+                          "Workers reaping the device in each mode: iopoll (IORING_SETUP_IOPOLL "
+                          "on the device's poll queues) or interrupt (busy-reaping the CQ ring).",
+                          MetricType::Gauge);
+  for (const v1::DeviceStats& device : stats.devices()) {
+    const ClientMetric::Label name{"device", device.name()};
+    device_reads.Counter({name}, static_cast<double>(device.reads()));
+    device_bytes.Counter({name}, static_cast<double>(device.bytes()));
+    device_errors.Counter({name}, static_cast<double>(device.errors()));
+    device_inflight.Gauge({name}, static_cast<double>(device.inflight()));
+    poll_mode.Gauge({name, {"mode", "iopoll"}}, device.iopoll_workers());
+    poll_mode.Gauge({name, {"mode", "interrupt"}}, device.interrupt_workers());
+  }
+
+  FamilyBuilder rpcs(out, "blockread_rpcs_total", "RPCs finished, by method and status code.",
+                     MetricType::Counter);
+  FamilyBuilder busy(out, "blockread_worker_busy_seconds_total",
+                     "Worker loop time that found work.", MetricType::Counter);
+  FamilyBuilder idle(out, "blockread_worker_idle_seconds_total",
+                     "Worker loop time that found none (spinning or blocked).",
+                     MetricType::Counter);
+  FamilyBuilder empty_polls(out, "blockread_worker_empty_polls_total",
+                            "Worker loop turns that found no work: what polling costs.",
+                            MetricType::Counter);
+  std::map<std::pair<std::string, std::string>, uint64_t> rpc_totals;
+  for (const v1::WorkerStats& worker : stats.workers()) {
+    const ClientMetric::Label label{"worker", absl::StrCat(worker.worker())};
+    busy.Counter({label}, static_cast<double>(worker.busy_ns()) / kNsPerSecond);
+    idle.Counter({label}, static_cast<double>(worker.idle_ns()) / kNsPerSecond);
+    empty_polls.Counter({label}, static_cast<double>(worker.empty_polls()));
+    for (const v1::RpcCount& rpc : worker.rpcs()) rpc_totals[{rpc.method(), rpc.code()}] += rpc.count();
+  }
+  for (const auto& [key, count] : rpc_totals) {
+    rpcs.Counter({{"method", key.first}, {"code", key.second}}, static_cast<double>(count));
+  }
+  return out;
+}
+
+class MetricsEndpoint::Collector : public prometheus::Collectable {
+ public:
+  explicit Collector(const SharedState& shared) : shared_(shared) {}
+  std::vector<MetricFamily> Collect() const override {
+    return MetricFamiliesFromStats(CollectStats(shared_));
+  }
+
+ private:
+  const SharedState& shared_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& listen, const SharedState& shared) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  try {
+    // One serving thread: scrapes are rare, and the workers own the other CPUs.
+    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  }
+  const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen));
+  }
+  endpoint->port_ = ports.front();
+  endpoint->collector_ = std::make_shared<Collector>(shared);
+  endpoint->exposer_->RegisterCollectable(endpoint->collector_);
+  return endpoint;
+}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  // Stop serving before the collector (and what it reads) can go away.
+  exposer_.reset();
+}
+
+}  // namespace blockread::server

@@ -1,0 +1,59 @@
+// The Prometheus /metrics endpoint. Each scrape builds the same GetStatsResponse that GetStats
+// returns (CollectStats: every worker's stats shard merged at scrape time, with relaxed loads) and
+// translates it into metric families, so the two views cannot disagree and the read path pays
+// nothing for being scraped: no lock, no atomic read-modify-write, no registry updates.
+//
+// Names follow Prometheus conventions (base units, _total counters, _seconds, _bytes) and every
+// label has a bounded set of values (paths, stages, fallback reasons, status codes, devices,
+// methods, workers): never a file, offset or client.
+#ifndef BLOCKREAD_SERVER_METRICS_H_
+#define BLOCKREAD_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "blockread/v1/blockread.pb.h"
+#include "prometheus/metric_family.h"
+#include "server/shared_state.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace blockread::server {
+
+// The metric families for one GetStats snapshot. Latency histograms are re-bucketed to edges at
+// 2^k and 1.5 * 2^k nanoseconds (1 us .. 17 s), each an edge of the server's own log-linear
+// buckets, so every cumulative count is exact rather than interpolated.
+std::vector<prometheus::MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& stats);
+
+// Serves /metrics over HTTP from prometheus-cpp's exposer (its own civetweb threads, not the
+// pinned workers). Threading: Start and the destructor on any one thread; scrapes run on the
+// exposer's threads and only read `shared` through CollectStats. Destroy it before the workers.
+class MetricsEndpoint {
+ public:
+  // Binds `listen` (HOST:PORT; port 0 picks a free port). Fails with the address and cause when
+  // it cannot bind.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& listen,
+                                                                const SharedState& shared);
+  ~MetricsEndpoint();
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+
+  // The port actually bound.
+  int port() const { return port_; }
+
+ private:
+  class Collector;
+  MetricsEndpoint() = default;
+
+  std::shared_ptr<Collector> collector_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace blockread::server
+
+#endif  // BLOCKREAD_SERVER_METRICS_H_
