@@ -24,16 +24,15 @@ using prometheus::MetricType;
 
 constexpr double kNsPerSecond = 1e9;
 
-// Histogram edges in ns: 2^k and 1.5 * 2^k from 1024 ns to 2^34 ns (about 17 s). Both are
-// bucket edges of storage::LatencyBuckets (8 linear sub-buckets per power of two), so "values
-// below the edge" is a sum of whole server buckets. Values are integral ns, so "< edge" and
-// "<= le" differ by at most one nanosecond.
+// Histogram edges in ns: 2^k from 1024 ns (about 1 us) to 2^33 ns (about 8.6 s), one per
+// octave like Prometheus's own default spacing. Each is an edge of storage::LatencyBuckets, so
+// "values below the edge" is a sum of whole server buckets, exact rather than interpolated;
+// values are integral ns, so "< edge" and "<= le" differ by at most one nanosecond. One edge per
+// octave keeps a scrape small: the histograms are most of its bytes, and serializing them most
+// of its cost (finer percentiles are in GetStats, which sends the server's own buckets).
 std::vector<uint64_t> HistogramEdgesNs() {
   std::vector<uint64_t> edges;
-  for (int k = 10; k <= 34; ++k) {
-    edges.push_back(uint64_t{1} << k);
-    if (k < 34) edges.push_back((uint64_t{3} << k) / 2);
-  }
+  for (int k = 10; k <= 33; ++k) edges.push_back(uint64_t{1} << k);
   return edges;
 }
 

@@ -25,8 +25,8 @@ class Exposer;
 namespace blockread::server {
 
 // The metric families for one GetStats snapshot. Latency histograms are re-bucketed to edges at
-// 2^k and 1.5 * 2^k nanoseconds (1 us .. 17 s), each an edge of the server's own log-linear
-// buckets, so every cumulative count is exact rather than interpolated.
+// 2^k nanoseconds (1 us .. 8.6 s), each an edge of the server's own log-linear buckets, so every
+// cumulative count is exact rather than interpolated.
 std::vector<prometheus::MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& stats);
 
 // Serves /metrics over HTTP from prometheus-cpp's exposer (its own civetweb threads, not the
