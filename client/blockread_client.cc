@@ -38,6 +38,13 @@ std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& tar
                                                           const ClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_bytes);
+  // Each BlockReadClient gets its own TCP connection: gRPC otherwise shares one among channels
+  // with equal arguments, and `blockread load --channels` would spread nothing.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Big reads: a per-stream receive window of 64 KiB (gRPC's default) makes every 128 KiB
+  // response wait for a WINDOW_UPDATE round trip; larger HTTP/2 frames mean fewer frames to parse.
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
   return std::make_unique<BlockReadClient>(
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), options);
 }

@@ -20,6 +20,10 @@ namespace blockread::client {
 // gRPC status -> absl::Status (same codes, same message).
 absl::Status FromGrpc(const grpc::Status& status);
 
+// HTTP/2 settings the client advertises (see BlockReadClient::Connect).
+inline constexpr int kReceiveWindowBytes = 8 << 20;
+inline constexpr int kMaxFrameBytes = 1 << 20;
+
 struct ClientOptions {
   // Per-call deadline for the unary calls; 0 means none.
   std::chrono::milliseconds timeout{10000};

@@ -13,20 +13,27 @@
 # load generator to CPU $CLIENT_CPU. Prints one table with IOPS, MiB/s, p50, p99, the server
 # side's CPU time per read, and the ratios blockread/qemu-nbd and blockread/local.
 #
+# The queue depth is split over --connections client connections (blockread: load threads, one
+# channel each; qemu-nbd: fio jobs, one NBD connection each), the same for both, so each side
+# gets the same reads in flight over the same number of TCP connections; a stream carries its
+# whole share of reads in one message (batch = queue depth per connection, at most
+# --stream-batch).
+#
 #   tests/bench/compare.sh [--runtime=10] [--ramp=2] [--size-mib=1024] [--stream-batch=8]
-#                          [--keep-json=DIR]
+#                          [--connections=4] [--keep-json=DIR]
 # Needs root (loop device). Build dir: $BUILD_DIR (default build/bench, RelWithDebInfo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runtime=10 ramp=2 size_mib=1024 stream_batch=8 keep_json=""
+runtime=10 ramp=2 size_mib=1024 stream_batch=8 connections=4 keep_json=""
 for arg in "$@"; do
   case "$arg" in
     --runtime=*) runtime=${arg#*=} ;;
     --ramp=*) ramp=${arg#*=} ;;
     --size-mib=*) size_mib=${arg#*=} ;;
     --stream-batch=*) stream_batch=${arg#*=} ;;
+    --connections=*) connections=${arg#*=} ;;
     --keep-json=*) keep_json=${arg#*=} ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -97,14 +104,17 @@ fio_row() {  # name workload json_file total_seconds server_pid_or_empty ticks_b
 # workload name, block size, queue depth
 workloads=("4k-qd1 4k 1" "4k-qd32 4k 32" "128k-qd8 128k 8")
 fio_common=(--rw=randread --runtime="$runtime" --ramp_time="$ramp" --time_based
-            --output-format=json --numjobs=1 --group_reporting)
+            --output-format=json --group_reporting)
+# Connections for a queue depth (never more than the reads in flight), and the depth of each.
+conns_for() { echo $(($1 < connections ? $1 : connections)); }
 
 # (a) local ceiling: fio on the device, on the server CPU (it plays the server's part).
 for w in "${workloads[@]}"; do
   read -r wname bs qd <<<"$w"
   echo "compare.sh: local fio $wname" >&2
   taskset -c "$server_cpu" fio --name=local --filename="$loop" --ioengine=io_uring --direct=1 \
-    --bs="$bs" --iodepth="$qd" "${fio_common[@]}" --output="$work/local-$wname.json" >/dev/null
+    --bs="$bs" --iodepth="$qd" --numjobs=1 "${fio_common[@]}" \
+    --output="$work/local-$wname.json" >/dev/null
   fio_row "local fio" "$wname" "$work/local-$wname.json"
 done
 
@@ -118,14 +128,16 @@ grep -q listening "$work/server.out" || { cat "$work/server.log" >&2; exit 1; }
 for mode in unary stream; do
   for w in "${workloads[@]}"; do
     read -r wname bs qd <<<"$w"
+    conns=$(conns_for "$qd")
+    per_conn=$((qd / conns))
     batch=1
-    [ "$mode" = stream ] && [ "$qd" -gt 1 ] && batch=$((qd < stream_batch ? qd : stream_batch))
-    echo "compare.sh: blockread $mode $wname (batch $batch)" >&2
+    [ "$mode" = stream ] && batch=$((per_conn < stream_batch ? per_conn : stream_batch))
+    echo "compare.sh: blockread $mode $wname ($conns x QD$per_conn, batch $batch)" >&2
     json=$work/blockread-$mode-$wname.json
     before=$(cpu_ticks "$peer_pid")
     taskset -c "$client_cpu" "$client_bin" load --target=127.0.0.1:$bport --file=disk \
-      --rw=randread --bs="$bs" --qd="$qd" --mode="$mode" --batch="$batch" \
-      --runtime="$runtime" --ramp="$ramp" --output=json >"$json"
+      --rw=randread --bs="$bs" --threads="$conns" --channels="$conns" --qd="$per_conn" \
+      --mode="$mode" --batch="$batch" --runtime="$runtime" --ramp="$ramp" --output=json >"$json"
     after=$(cpu_ticks "$peer_pid")
     errors=$(jq '[.errors[]] | add // 0' "$json")
     [ "$errors" = 0 ] || { echo "compare.sh: blockread $mode $wname had $errors errors" >&2; exit 1; }
@@ -146,10 +158,12 @@ peer_pid=$!
 sleep 1
 for w in "${workloads[@]}"; do
   read -r wname bs qd <<<"$w"
-  echo "compare.sh: qemu-nbd $wname" >&2
+  conns=$(conns_for "$qd")
+  echo "compare.sh: qemu-nbd $wname ($conns x QD$((qd / conns)))" >&2
   before=$(cpu_ticks "$peer_pid")
   taskset -c "$client_cpu" fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$nport" \
-    --bs="$bs" --iodepth="$qd" "${fio_common[@]}" --output="$work/nbd-$wname.json" >/dev/null
+    --bs="$bs" --numjobs="$conns" --iodepth="$((qd / conns))" "${fio_common[@]}" \
+    --output="$work/nbd-$wname.json" >/dev/null
   after=$(cpu_ticks "$peer_pid")
   fio_row "qemu-nbd" "$wname" "$work/nbd-$wname.json" "$((runtime + ramp))" "$before" "$after"
 done
@@ -167,7 +181,8 @@ value() {  # system workload field(3..7)
 }
 echo
 echo "device $loop (${size_mib} MiB random, loop --direct-io=on), runtime ${runtime}s + ramp ${ramp}s," \
-  "server side on CPU $server_cpu, load on CPU $client_cpu, stream batch $stream_batch"
+  "server side on CPU $server_cpu, load on CPU $client_cpu, up to $connections connections," \
+  "stream batch up to $stream_batch"
 printf '%-18s %-9s %10s %9s %9s %9s %12s\n' system workload IOPS MiB/s p50_us p99_us srv_cpu_us/rd
 for w in "${workloads[@]}"; do
   read -r wname _ _ <<<"$w"
