@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -108,9 +108,10 @@ int Main(int argc, char** argv) {
   stats->add_flag("--json", json, "Print JSON (with --watch: one object per line)");
   double watch_s = 0;
   int watch_count = 0;
-  stats->add_option("--watch", watch_s,
-                    "Refresh every N seconds (N may be fractional), with IOPS, MiB/s and "
-                    "percentiles over each interval; Ctrl-C stops")
+  stats
+      ->add_option("--watch", watch_s,
+                   "Refresh every N seconds (N may be fractional), with IOPS, MiB/s and "
+                   "percentiles over each interval; Ctrl-C stops")
       ->check(CLI::PositiveNumber);
   stats->add_option("--count", watch_count, "With --watch: stop after this many refreshes")
       ->check(CLI::PositiveNumber);

@@ -140,7 +140,8 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
   std::map<std::pair<std::string, std::string>, uint64_t> rpcs;
   for (int i = 0; i < now.workers_size(); ++i) {
     const v1::WorkerStats& w = now.workers(i);
-    const v1::WorkerStats* old = before && i < before->workers_size() ? &before->workers(i) : nullptr;
+    const v1::WorkerStats* old =
+        before && i < before->workers_size() ? &before->workers(i) : nullptr;
     const uint64_t busy = w.busy_ns() - (old ? old->busy_ns() : 0);
     const uint64_t idle = w.idle_ns() - (old ? old->idle_ns() : 0);
     out["workers"].push_back(
@@ -163,21 +164,19 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
 
 std::string StatsViewText(const v1::GetStatsResponse& now, const v1::GetStatsResponse* before) {
   const nlohmann::json v = StatsViewJson(now, before);
-  std::string out = absl::StrFormat("blockread-server %s, up %.1fs; rates over %.1fs (%s)\n\n",
-                                    v["version"].get<std::string>(), v["uptime_s"].get<double>(),
-                                    v["interval_s"].get<double>(),
-                                    v["interval"].get<std::string>());
+  std::string out = absl::StrFormat(
+      "blockread-server %s, up %.1fs; rates over %.1fs (%s)\n\n", v["version"].get<std::string>(),
+      v["uptime_s"].get<double>(), v["interval_s"].get<double>(), v["interval"].get<std::string>());
   absl::StrAppendFormat(&out, "%-8s %12s %10s %9s %10s %10s %10s %10s %7s %7s\n", "path", "reads",
                         "IOPS", "MiB/s", "p50", "p99", "dev p50", "dev p99", "share", "errors");
   for (const auto& [name, p] : v["paths"].items()) {
     const nlohmann::json& total = p["latency_us"]["total"];
     const nlohmann::json& device = p["latency_us"]["device"];
-    absl::StrAppendFormat(&out, "%-8s %12u %10.0f %9.2f %8.1fus %8.1fus %8.1fus %8.1fus %6.1f%% %7u\n",
-                          name, p["reads"].get<uint64_t>(), p["iops"].get<double>(),
-                          p["mib_s"].get<double>(), total["p50"].get<double>(),
-                          total["p99"].get<double>(), device["p50"].get<double>(),
-                          device["p99"].get<double>(), 100 * p["share"].get<double>(),
-                          p["errors"].get<uint64_t>());
+    absl::StrAppendFormat(
+        &out, "%-8s %12u %10.0f %9.2f %8.1fus %8.1fus %8.1fus %8.1fus %6.1f%% %7u\n", name,
+        p["reads"].get<uint64_t>(), p["iops"].get<double>(), p["mib_s"].get<double>(),
+        total["p50"].get<double>(), total["p99"].get<double>(), device["p50"].get<double>(),
+        device["p99"].get<double>(), 100 * p["share"].get<double>(), p["errors"].get<uint64_t>());
   }
   absl::StrAppend(&out, "\nfallbacks (interval/total):");
   for (const auto& [reason, count] : v["fallbacks"].items()) {

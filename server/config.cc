@@ -133,10 +133,9 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", config.listen(), "' is not ADDR:PORT"));
   }
-  if (!config.metrics_listen().empty() &&
-      config.metrics_listen().find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_listen: '", config.metrics_listen(), "' is not ADDR:PORT (empty: off)"));
+  if (!config.metrics_listen().empty() && config.metrics_listen().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_listen: '", config.metrics_listen(),
+                                                   "' is not ADDR:PORT (empty: off)"));
   }
   for (const std::string& spec : config.device()) {
     const size_t eq = spec.find('=');

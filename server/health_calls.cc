@@ -105,8 +105,7 @@ class WatchCall final : public Call, public HealthWatcher {
     } else if (shared.stopping.load() && current == HealthCheckResponse::NOT_SERVING &&
                !finishing_ && !finished_ && worker_->accepting_operations()) {
       finishing_ = true;
-      worker_->mutable_counters().CountRpc(RpcMethod::kHealthWatch,
-                                           grpc::StatusCode::UNAVAILABLE);
+      worker_->mutable_counters().CountRpc(RpcMethod::kHealthWatch, grpc::StatusCode::UNAVAILABLE);
       stream_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"),
                      &finish_tag_);
     }

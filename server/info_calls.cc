@@ -165,6 +165,7 @@ v1::FileInfo DescribeFile(const storage::Catalog& catalog, const storage::FileMa
 v1::GetStatsResponse CollectStats(const SharedState& shared) {
   storage::StatsSnapshot snapshot;
   v1::GetStatsResponse response;
+  const uint64_t now_ns = storage::MonotonicNowNs();
   for (const Worker* worker : shared.workers) {
     const storage::StatsShard* shard = worker->stats();
     if (shard != nullptr) snapshot.Add(*shard);
@@ -173,7 +174,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     out->set_cpu(static_cast<uint32_t>(worker->cpu()));
     out->set_reads(worker->counters().reads.Load());
     out->set_busy_ns(worker->counters().busy_ns.Load());
-    out->set_idle_ns(worker->counters().idle_ns.Load());
+    out->set_idle_ns(worker->counters().IdleNs(now_ns));
     out->set_empty_polls(worker->counters().empty_polls.Load());
     for (int method = 0; method < kRpcMethodCount; ++method) {
       for (int code = 0; code < storage::kStatusCodeCount; ++code) {
@@ -223,16 +224,15 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     }
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
-  response.set_uptime_ns(storage::MonotonicNowNs() - shared.start_ns);
+  response.set_uptime_ns(now_ns - shared.start_ns);
   response.set_version(BLOCKREAD_VERSION);
   return response;
 }
 
 void PostInfoCalls(Worker* worker) {
   Service* service = &worker->shared().service;
-  UnaryCall<Service, v1::StatFileRequest, v1::FileInfo>::Post(worker, service,
-                                                              &Service::RequestStatFile, &StatFile,
-                                                              RpcMethod::kStatFile);
+  UnaryCall<Service, v1::StatFileRequest, v1::FileInfo>::Post(
+      worker, service, &Service::RequestStatFile, &StatFile, RpcMethod::kStatFile);
   UnaryCall<Service, v1::ListFilesRequest, v1::ListFilesResponse>::Post(
       worker, service, &Service::RequestListFiles, &ListFiles, RpcMethod::kListFiles);
   UnaryCall<Service, v1::GetStatsRequest, v1::GetStatsResponse>::Post(

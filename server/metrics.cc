@@ -38,14 +38,11 @@ std::vector<uint64_t> HistogramEdgesNs() {
 
 // The double nearest the decimal value of `edge_ns` seconds, so the label reads "8.192e-06"
 // rather than the "8.192000000000001e-06" of a plain division.
-double EdgeSeconds(uint64_t edge_ns) {
-  return std::stod(absl::StrFormat("%de-9", edge_ns));
-}
+double EdgeSeconds(uint64_t edge_ns) { return std::stod(absl::StrFormat("%de-9", edge_ns)); }
 
 class FamilyBuilder {
  public:
-  FamilyBuilder(std::vector<MetricFamily>& out, std::string name, std::string help,
-                MetricType type)
+  FamilyBuilder(std::vector<MetricFamily>& out, std::string name, std::string help, MetricType type)
       : family_(out.emplace_back()) {
     family_.name = std::move(name);
     family_.help = std::move(help);
@@ -88,8 +85,7 @@ class FamilyBuilder {
 // "SIMPLE" -> "simple", "FALLBACK_UNALIGNED" -> "unaligned": the proto enum names, lowercased.
 std::string PathLabel(v1::ReadPath path) { return absl::AsciiStrToLower(v1::ReadPath_Name(path)); }
 std::string ReasonLabel(v1::FallbackReason reason) {
-  return absl::AsciiStrToLower(
-      absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
+  return absl::AsciiStrToLower(absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
 }
 
 }  // namespace
@@ -180,7 +176,8 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
     busy.Counter({label}, static_cast<double>(worker.busy_ns()) / kNsPerSecond);
     idle.Counter({label}, static_cast<double>(worker.idle_ns()) / kNsPerSecond);
     empty_polls.Counter({label}, static_cast<double>(worker.empty_polls()));
-    for (const v1::RpcCount& rpc : worker.rpcs()) rpc_totals[{rpc.method(), rpc.code()}] += rpc.count();
+    for (const v1::RpcCount& rpc : worker.rpcs())
+      rpc_totals[{rpc.method(), rpc.code()}] += rpc.count();
   }
   for (const auto& [key, count] : rpc_totals) {
     rpcs.Counter({{"method", key.first}, {"code", key.second}}, static_cast<double>(count));
@@ -199,15 +196,14 @@ class MetricsEndpoint::Collector : public prometheus::Collectable {
   const SharedState& shared_;
 };
 
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
-    const std::string& listen, const SharedState& shared) {
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& listen,
+                                                                        const SharedState& shared) {
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
   try {
     // One serving thread: scrapes are rare, and the workers own the other CPUs.
     endpoint->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {

@@ -191,8 +191,7 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
       done_pending_ = false;
       if (context_.IsCancelled()) {
         if (!finish_sent_) {
-          worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks,
-                                               grpc::StatusCode::CANCELLED);
+          worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks, grpc::StatusCode::CANCELLED);
         }
         cancelled_ = true;
         for (StreamRead* read : deferred_) {

@@ -175,6 +175,7 @@ void Worker::Loop() {
   uint64_t last_grpc_look = 0;
   bool queue_drained = false;
   uint64_t turn_start = storage::MonotonicNowNs();
+  counters_.loop_start_ns.Set(turn_start);
   for (;;) {
     int work = engine_->PollOnce();
     work += RetryDeferred();
@@ -217,7 +218,6 @@ void Worker::Loop() {
     if (work > 0) {
       counters_.busy_ns.Add(now - turn_start);
     } else {
-      counters_.idle_ns.Add(now - turn_start);
       counters_.empty_polls.Add(1);
     }
     turn_start = now;
@@ -233,14 +233,14 @@ void Worker::Loop() {
     void* tag;
     bool ok;
     const auto status = queue_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    if (status == grpc::CompletionQueue::SHUTDOWN) return;
+    turn_start = storage::MonotonicNowNs();  // the blocked time counts as idle (see IdleNs)
     if (status == grpc::CompletionQueue::GOT_EVENT) {
       Dispatch(tag, ok);
-    } else if (status == grpc::CompletionQueue::SHUTDOWN) {
-      return;
+      const uint64_t dispatched = storage::MonotonicNowNs();
+      counters_.busy_ns.Add(dispatched - turn_start);
+      turn_start = dispatched;
     }
-    const uint64_t woke = storage::MonotonicNowNs();
-    counters_.idle_ns.Add(woke - turn_start);
-    turn_start = woke;
     idle_since = 0;
   }
 }

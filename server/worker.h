@@ -39,10 +39,19 @@ const char* RpcMethodName(RpcMethod method);
 
 // Loop and RPC counters, written by the worker only (see storage::Counter), read by GetStats.
 struct WorkerCounters {
-  storage::Counter reads;        // reads answered (RPC level: a stream counts each read)
-  storage::Counter busy_ns;      // loop time that found work
-  storage::Counter idle_ns;      // loop time that found none, blocked time included
-  storage::Counter empty_polls;  // loop turns that found no work
+  storage::Counter reads;          // reads answered (RPC level: a stream counts each read)
+  storage::Counter busy_ns;        // loop time that found work
+  storage::Counter loop_start_ns;  // when the loop started (MonotonicNowNs), 0 before
+  storage::Counter empty_polls;    // loop turns that found no work
+
+  // Loop time that found no work, spinning or blocked, as of `now_ns`: everything since the
+  // loop started that was not busy. Derived rather than counted so a worker blocked on its queue
+  // shows its idle time while it is blocked, not only once it wakes.
+  uint64_t IdleNs(uint64_t now_ns) const {
+    const uint64_t start = loop_start_ns.Load();
+    const uint64_t busy = busy_ns.Load();
+    return start == 0 || now_ns < start + busy ? 0 : now_ns - start - busy;
+  }
   // RPCs finished, by method and status code (CANCELLED: the client went away first).
   std::array<storage::ErrorCounts, kRpcMethodCount> rpcs;
 

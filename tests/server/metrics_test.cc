@@ -182,8 +182,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   }
   EXPECT_EQ(Delta(after, before, "blockread_reads_total", {{"path", "simple"}}), simple);
   EXPECT_EQ(Delta(after, before, "blockread_reads_total", {{"path", "generic"}}), generic);
-  EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "simple"}}),
-            simple_bytes);
+  EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "simple"}}), simple_bytes);
   EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "generic"}}),
             generic_bytes);
   for (int r = v1::FALLBACK_DISABLED; r <= v1::FALLBACK_FILE_ROUTE; ++r) {
@@ -199,8 +198,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   EXPECT_EQ(Delta(after, before, "blockread_rpcs_total",
                   {{"method", "ReadBlock"}, {"code", "OUT_OF_RANGE"}}),
             2);
-  EXPECT_EQ(Delta(after, before, "blockread_device_reads_total", {{"device", "demo"}}),
-            device_ios);
+  EXPECT_EQ(Delta(after, before, "blockread_device_reads_total", {{"device", "demo"}}), device_ios);
   EXPECT_EQ(after.Value("blockread_device_inflight", {{"device", "demo"}}), 0);
 
   // Histograms: one sample per read in every stage, well formed.
@@ -230,10 +228,21 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   }
   EXPECT_GT(busy_total, 0);
   EXPECT_GT(empty_polls, 0);
+  // A worker with nothing to do blocks on its queue, and that time shows as idle while it lasts:
+  // busy + idle grows with the wall clock.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const Exposition quiet = MustScrape();
+  for (const auto& [labels, value] : busy) {
+    const double elapsed =
+        quiet.Value("blockread_uptime_seconds") - after.Value("blockread_uptime_seconds");
+    const double accounted = Delta(quiet, after, "blockread_worker_busy_seconds_total", labels) +
+                             Delta(quiet, after, "blockread_worker_idle_seconds_total", labels);
+    EXPECT_NEAR(accounted, elapsed, 0.05) << labels.at("worker");
+  }
 
   // No label carries a file, offset or client: every label value is from a bounded set.
-  const std::set<std::string> allowed_labels = {"path",   "stage",  "code",    "reason",
-                                                "device", "mode",   "method",  "worker",
+  const std::set<std::string> allowed_labels = {"path",   "stage",   "code",         "reason",
+                                                "device", "mode",    "method",       "worker",
                                                 "le",     "version", "grpc_version", "quantile"};
   for (const auto& [name, series] : after.samples) {
     for (const auto& [labels, value] : series) {
@@ -255,8 +264,9 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
     EXPECT_EQ(p["bytes"].get<double>(), now.Value("blockread_read_bytes_total", {{"path", path}}));
     EXPECT_EQ(p["errors"].get<double>(), 0);
     for (const char* stage : {"queue", "device", "total"}) {
-      EXPECT_EQ(p["latency_us"][stage]["count"].get<double>(),
-                now.Value("blockread_read_duration_seconds_count", {{"path", path}, {"stage", stage}}));
+      EXPECT_EQ(
+          p["latency_us"][stage]["count"].get<double>(),
+          now.Value("blockread_read_duration_seconds_count", {{"path", path}, {"stage", stage}}));
     }
   }
   for (const auto& [reason, count] : stats["fallbacks"].items()) {
@@ -329,19 +339,19 @@ TEST_F(MetricsTest, DashboardQueriesOnlyMetricsTheServerExports) {
   for (const std::string& name : queried) {
     std::string family = name;
     for (const char* suffix : {"_bucket", "_count", "_sum"}) {
-      if (family.ends_with(suffix) && scraped.types.contains(family.substr(
-                                          0, family.size() - std::string(suffix).size()))) {
+      if (family.ends_with(suffix) &&
+          scraped.types.contains(family.substr(0, family.size() - std::string(suffix).size()))) {
         family = family.substr(0, family.size() - std::string(suffix).size());
       }
     }
-    EXPECT_TRUE(scraped.types.contains(family)) << "the dashboard queries " << name
-                                                << ", which /metrics does not export";
+    EXPECT_TRUE(scraped.types.contains(family))
+        << "the dashboard queries " << name << ", which /metrics does not export";
   }
   // It covers what operators need at a glance.
-  for (const char* needed :
-       {"blockread_reads_total", "blockread_read_bytes_total", "blockread_read_duration_seconds_bucket",
-        "blockread_fallbacks_total", "blockread_device_errors_total",
-        "blockread_worker_busy_seconds_total", "blockread_worker_idle_seconds_total"}) {
+  for (const char* needed : {"blockread_reads_total", "blockread_read_bytes_total",
+                             "blockread_read_duration_seconds_bucket", "blockread_fallbacks_total",
+                             "blockread_device_errors_total", "blockread_worker_busy_seconds_total",
+                             "blockread_worker_idle_seconds_total"}) {
     EXPECT_TRUE(queried.contains(needed)) << needed;
   }
 }
@@ -354,12 +364,11 @@ TEST_F(MetricsTest, MetricsCanBeTurnedOffAndABadAddressIsReported) {
   EXPECT_EQ((*off)->Stop(), 0);
 
   // The port our server already holds: the second server must refuse to start, saying why.
-  auto taken = RunCommand(absl::StrCat(testing::ServerBinary(), " --data_dir=", dir_.path(),
-                                       "/data --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:",
-                                       server_->metrics_port()));
+  auto taken = RunCommand(absl::StrCat(
+      testing::ServerBinary(), " --data_dir=", dir_.path(),
+      "/data --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:", server_->metrics_port()));
   ASSERT_FALSE(taken.ok());
-  EXPECT_NE(taken.status().message().find("cannot serve metrics on 127.0.0.1:"),
-            std::string::npos)
+  EXPECT_NE(taken.status().message().find("cannot serve metrics on 127.0.0.1:"), std::string::npos)
       << taken.status();
 }
 

@@ -95,8 +95,8 @@ absl::StatusOr<Exposition> ParseExposition(const std::string& text) {
 }
 
 absl::StatusOr<Exposition> Scrape(int port) {
-  auto text = RunCommand(absl::StrCat("curl -sS --fail --max-time 10 http://127.0.0.1:", port,
-                                      "/metrics"));
+  auto text =
+      RunCommand(absl::StrCat("curl -sS --fail --max-time 10 http://127.0.0.1:", port, "/metrics"));
   if (!text.ok()) return text.status();
   return ParseExposition(*text);
 }

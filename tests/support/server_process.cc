@@ -29,10 +29,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   server->log_path_ = log_path;
   args.insert(args.begin(), ServerBinary());
   args.push_back("--listen=127.0.0.1:0");
-  if (std::none_of(args.begin(), args.end(),
-                   [](const std::string& a) {
-                     return a.starts_with("--metrics_listen") || a.starts_with("--metrics-listen");
-                   })) {
+  if (std::none_of(args.begin(), args.end(), [](const std::string& a) {
+        return a.starts_with("--metrics_listen") || a.starts_with("--metrics-listen");
+      })) {
     args.push_back("--metrics_listen=127.0.0.1:0");
   }
   std::vector<char*> argv;
