@@ -12,7 +12,7 @@ packages=(
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
   libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
   # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against
-  qemu-utils jq
+  qemu-utils jq valgrind
 )
 
 missing=()

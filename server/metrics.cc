@@ -40,17 +40,20 @@ std::vector<uint64_t> HistogramEdgesNs() {
 // rather than the "8.192000000000001e-06" of a plain division.
 double EdgeSeconds(uint64_t edge_ns) { return std::stod(absl::StrFormat("%de-9", edge_ns)); }
 
+// Appends one family to `out` and fills it. Holds an index, not a reference: builders of later
+// families append to the same vector.
 class FamilyBuilder {
  public:
   FamilyBuilder(std::vector<MetricFamily>& out, std::string name, std::string help, MetricType type)
-      : family_(out.emplace_back()) {
-    family_.name = std::move(name);
-    family_.help = std::move(help);
-    family_.type = type;
+      : out_(out), index_(out.size()) {
+    MetricFamily& family = out.emplace_back();
+    family.name = std::move(name);
+    family.help = std::move(help);
+    family.type = type;
   }
 
   ClientMetric& Add(std::vector<ClientMetric::Label> labels) {
-    ClientMetric& metric = family_.metric.emplace_back();
+    ClientMetric& metric = out_[index_].metric.emplace_back();
     metric.label = std::move(labels);
     return metric;
   }
@@ -63,8 +66,6 @@ class FamilyBuilder {
   void Histogram(std::vector<ClientMetric::Label> labels, const v1::Histogram& in) {
     static const std::vector<uint64_t> edges = HistogramEdgesNs();
     ClientMetric::Histogram& out = Add(std::move(labels)).histogram;
-    out.sample_count = in.count();
-    out.sample_sum = static_cast<double>(in.sum_ns()) / kNsPerSecond;
     // in.buckets() are ascending; a server bucket lies wholly below an edge when its inclusive
     // upper bound is below it.
     uint64_t cumulative = 0;
@@ -75,11 +76,18 @@ class FamilyBuilder {
       }
       out.bucket.push_back({cumulative, EdgeSeconds(edge)});
     }
-    out.bucket.push_back({in.count(), std::numeric_limits<double>::infinity()});
+    for (; next < in.buckets_size(); ++next) cumulative += in.buckets(next).count();
+    // The count is the buckets' sum, not in.count(): the snapshot reads buckets and count while
+    // the worker records, so the two can differ by a read in flight, and +Inf must never be
+    // below a finite bucket.
+    out.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
+    out.sample_count = cumulative;
+    out.sample_sum = static_cast<double>(in.sum_ns()) / kNsPerSecond;
   }
 
  private:
-  MetricFamily& family_;
+  std::vector<MetricFamily>& out_;
+  const size_t index_;
 };
 
 // "SIMPLE" -> "simple", "FALLBACK_UNALIGNED" -> "unaligned": the proto enum names, lowercased.
@@ -92,7 +100,6 @@ std::string ReasonLabel(v1::FallbackReason reason) {
 
 std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& stats) {
   std::vector<MetricFamily> out;
-  out.reserve(20);
   FamilyBuilder(out, "blockread_build_info", "The server's version; the value is always 1.",
                 MetricType::Gauge)
       .Gauge({{"version", stats.version()}, {"grpc_version", grpc::Version()}}, 1);

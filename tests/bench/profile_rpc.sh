@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Where a read's instructions go, end to end (a profile, not a test): blockread-server and
+# `blockread load` both run under callgrind for a fixed number of 4K random reads on the demo
+# device, in unary and in stream mode; prints instructions per read for each process and the
+# server's main inclusive costs per read. Instruction counts do not depend on the machine's
+# speed, so they compare across runs where wall-clock figures cannot.
+#
+#   tests/bench/profile_rpc.sh [--reads=20000] [--connections=4] [--qd=8] [--batch=8]
+# Output files stay in $PROFILE_DIR (default /tmp/blockread-profile) for callgrind_annotate.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+reads=20000 connections=4 qd=8 batch=8
+for arg in "$@"; do
+  case "$arg" in
+    --reads=*) reads=${arg#*=} ;;
+    --connections=*) connections=${arg#*=} ;;
+    --qd=*) qd=${arg#*=} ;;
+    --batch=*) batch=${arg#*=} ;;
+    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "profile_rpc.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+command -v valgrind >/dev/null || { echo "profile_rpc.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+build=${BUILD_DIR:-build/bench}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target blockread-server blockread >/dev/null
+out=${PROFILE_DIR:-/tmp/blockread-profile}
+rm -rf "$out" && mkdir -p "$out"
+server_pid=""
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; true' EXIT
+
+total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+inclusive_ir() {  # file, function pattern
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    awk -v pat="$2" 'index($0, pat) {gsub(",", "", $1); if ($1 + 0 > max) max = $1 + 0}
+                     END {print max + 0}'
+}
+
+for mode in unary stream; do
+  port=$((20000 + RANDOM % 20000))
+  taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/server-$mode.out" \
+    "$build/server/blockread-server" --cpus=0 --data-dir="$out/data" --listen=127.0.0.1:$port \
+    --metrics-listen= >"$out/server-$mode.stdout" 2>"$out/server-$mode.log" &
+  server_pid=$!
+  for _ in $(seq 120); do grep -q listening "$out/server-$mode.stdout" 2>/dev/null && break; sleep 0.5; done
+  b=1
+  [ "$mode" = stream ] && b=$batch
+  taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out/client-$mode.out" \
+    "$build/client/blockread" load --target=127.0.0.1:$port --file=large --bs=4k \
+    --threads="$connections" --channels="$connections" --qd="$qd" --mode="$mode" --batch="$b" \
+    --number="$reads" --output=json >"$out/load-$mode.json" 2>"$out/client-$mode.log"
+  kill -INT "$server_pid"; wait "$server_pid" || true
+  server_pid=""
+  n=$(jq .issued "$out/load-$mode.json")
+  per() { awk -v a="$1" -v n="$n" 'BEGIN { printf "%8.0f", a / n }'; }
+  s=$out/server-$mode.out
+  echo "$mode ($connections connections x QD$qd, batch $b, $n reads): instructions per read"
+  echo "  client process total           $(per "$(total_ir "$out/client-$mode.out")")"
+  echo "  server process total           $(per "$(total_ir "$s")")"
+  echo "    gRPC queue polling/transport $(per "$(inclusive_ir "$s" "CompletionQueue::AsyncNextInternal")")"
+  echo "    engine PollOnce (+callbacks) $(per "$(inclusive_ir "$s" "EngineContext::PollOnce()")")"
+  echo "    engine StartRead             $(per "$(inclusive_ir "$s" "EngineContext::StartRead(")")"
+  if [ "$mode" = unary ]; then
+    echo "    ReadBlockCall::OnReadDone    $(per "$(inclusive_ir "$s" "ReadBlockCall::OnReadDone(")")"
+    echo "    ReadBlockCall::OnEvent       $(per "$(inclusive_ir "$s" "ReadBlockCall::OnEvent(")")"
+  else
+    echo "    ReadBlocksCall::OnReadDone   $(per "$(inclusive_ir "$s" "ReadBlocksCall::OnReadDone(")")"
+    echo "    ReadBlocksCall::OnEvent      $(per "$(inclusive_ir "$s" "ReadBlocksCall::OnEvent(")")"
+    echo "    ReadBlocksCall::Flush        $(per "$(inclusive_ir "$s" "ReadBlocksCall::Flush()")")"
+  fi
+  echo "    memcpy                       $(per "$(inclusive_ir "$s" "__memcpy_avx_unaligned_erms")")"
+done
