@@ -2,6 +2,8 @@
 
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <exception>
 #include <limits>
@@ -14,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 #include "server/info_calls.h"
+#include "server/worker.h"
 
 namespace blockread::server {
 namespace {
@@ -95,6 +98,29 @@ std::string PathLabel(v1::ReadPath path) { return absl::AsciiStrToLower(v1::Read
 std::string ReasonLabel(v1::FallbackReason reason) {
   return absl::AsciiStrToLower(absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
 }
+
+// While alive, restricts the calling thread to the process's CPUs that no worker is pinned to
+// (when there are any), so threads it creates start there; restores the mask on destruction.
+class ScopedAffinityOffWorkers {
+ public:
+  explicit ScopedAffinityOffWorkers(const SharedState& shared) {
+    CPU_ZERO(&saved_);
+    if (pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_) != 0) return;
+    cpu_set_t others = saved_;
+    for (const Worker* worker : shared.workers) CPU_CLR(worker->cpu(), &others);
+    if (CPU_COUNT(&others) == 0) return;
+    changed_ = pthread_setaffinity_np(pthread_self(), sizeof(others), &others) == 0;
+  }
+  ~ScopedAffinityOffWorkers() {
+    if (changed_) pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);
+  }
+  ScopedAffinityOffWorkers(const ScopedAffinityOffWorkers&) = delete;
+  ScopedAffinityOffWorkers& operator=(const ScopedAffinityOffWorkers&) = delete;
+
+ private:
+  cpu_set_t saved_;
+  bool changed_ = false;
+};
 
 }  // namespace
 
@@ -206,11 +232,17 @@ class MetricsEndpoint::Collector : public prometheus::Collectable {
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& listen,
                                                                         const SharedState& shared) {
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
-  try {
-    // One serving thread: scrapes are rare, and the workers own the other CPUs.
-    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  {
+    // The exposer's threads inherit the creating thread's CPU mask: keep them off the workers'
+    // CPUs when the process has others, so a scrape never preempts a polling worker.
+    const ScopedAffinityOffWorkers off_workers(shared);
+    try {
+      // One serving thread: scrapes are rare.
+      endpoint->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+    }
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {

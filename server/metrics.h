@@ -30,8 +30,10 @@ namespace blockread::server {
 std::vector<prometheus::MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& stats);
 
 // Serves /metrics over HTTP from prometheus-cpp's exposer (its own civetweb threads, not the
-// pinned workers). Threading: Start and the destructor on any one thread; scrapes run on the
-// exposer's threads and only read `shared` through CollectStats. Destroy it before the workers.
+// pinned workers; started on the process's CPUs that no worker is pinned to, when it has such).
+// Threading: Start (after the workers are up) and the destructor on any one non-worker thread;
+// scrapes run on the exposer's threads and only read `shared` through CollectStats. Destroy it
+// before the workers.
 class MetricsEndpoint {
  public:
   // Binds `listen` (HOST:PORT; port 0 picks a free port). Fails with the address and cause when

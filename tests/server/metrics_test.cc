@@ -2,7 +2,10 @@
 // real load, scraped with curl, the counters move by exactly the reads the test made, per path,
 // per fallback reason, per device and per RPC; `blockread stats --json` agrees with the scrape;
 // the Grafana dashboard queries only metrics a real scrape has.
+#include <sched.h>
+
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -354,6 +357,43 @@ TEST_F(MetricsTest, DashboardQueriesOnlyMetricsTheServerExports) {
                              "blockread_worker_idle_seconds_total"}) {
     EXPECT_TRUE(queried.contains(needed)) << needed;
   }
+}
+
+// The CPU list each thread of `pid` whose name starts with `prefix` may run on.
+std::vector<std::string> ThreadCpuLists(pid_t pid, const std::string& prefix) {
+  std::vector<std::string> out;
+  const std::filesystem::path tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (!name.starts_with(prefix)) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("Cpus_allowed_list:"))
+        out.push_back(line.substr(line.find_last_of("\t ") + 1));
+    }
+  }
+  return out;
+}
+
+TEST_F(MetricsTest, TheMetricsThreadsStayOffTheWorkersCpus) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  if (CPU_COUNT(&mask) < 2 || !CPU_ISSET(0, &mask)) {
+    GTEST_SKIP() << "needs CPU 0 and another CPU in the affinity mask";
+  }
+  auto pinned = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data", "--cpus=0"},
+                                     dir_.path() + "/pinned.log");
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  ASSERT_TRUE(Scrape((*pinned)->metrics_port()).ok());
+  const std::vector<std::string> lists = ThreadCpuLists((*pinned)->pid(), "civetweb");
+  ASSERT_FALSE(lists.empty()) << "no civetweb threads found";
+  for (const std::string& cpus : lists) {
+    // Any list that leaves out CPU 0: "1", "1-3", "1,3", ...
+    EXPECT_FALSE(cpus == "0" || cpus.starts_with("0-") || cpus.starts_with("0,")) << cpus;
+  }
+  EXPECT_EQ((*pinned)->Stop(), 0);
 }
 
 TEST_F(MetricsTest, MetricsCanBeTurnedOffAndABadAddressIsReported) {
