@@ -2,10 +2,8 @@
 
 #include <map>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "client/units.h"
 
 namespace blockread::client {
@@ -53,12 +51,6 @@ bool IsEarlierOfSameServer(const v1::GetStatsResponse& now, const v1::GetStatsRe
 }
 
 }  // namespace
-
-std::string PathLabel(v1::ReadPath path) { return absl::AsciiStrToLower(v1::ReadPath_Name(path)); }
-
-std::string FallbackLabel(v1::FallbackReason reason) {
-  return absl::AsciiStrToLower(absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
-}
 
 HistogramSnapshot ToSnapshot(const v1::Histogram& histogram) {
   HistogramSnapshot out;

@@ -8,14 +8,10 @@
 #include <string>
 
 #include "blockread/v1/blockread.pb.h"
+#include "client/labels.h"
 #include "storage/latency_histogram.h"
 
 namespace blockread::client {
-
-// "simple", "generic": the names /metrics uses as the `path` label.
-std::string PathLabel(v1::ReadPath path);
-// "unaligned", "not_mapped", ...: the names /metrics uses as the `reason` label.
-std::string FallbackLabel(v1::FallbackReason reason);
 
 // The server's histogram as the engine's bucket array (same bucket layout).
 storage::HistogramSnapshot ToSnapshot(const v1::Histogram& histogram);

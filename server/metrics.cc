@@ -10,10 +10,9 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
+#include "client/labels.h"
 #include "grpcpp/grpcpp.h"
 #include "server/info_calls.h"
 #include "server/worker.h"
@@ -93,12 +92,6 @@ class FamilyBuilder {
   const size_t index_;
 };
 
-// "SIMPLE" -> "simple", "FALLBACK_UNALIGNED" -> "unaligned": the proto enum names, lowercased.
-std::string PathLabel(v1::ReadPath path) { return absl::AsciiStrToLower(v1::ReadPath_Name(path)); }
-std::string ReasonLabel(v1::FallbackReason reason) {
-  return absl::AsciiStrToLower(absl::StripPrefix(v1::FallbackReason_Name(reason), "FALLBACK_"));
-}
-
 // While alive, restricts the calling thread to the process's CPUs that no worker is pinned to
 // (when there are any), so threads it creates start there; restores the mask on destruction.
 class ScopedAffinityOffWorkers {
@@ -145,7 +138,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "device (slot to last I/O completion), total (arrival to completion).",
                           MetricType::Histogram);
   for (const v1::PathStats& path : stats.paths()) {
-    const std::string label = PathLabel(path.path());
+    const std::string label = client::PathLabel(path.path());
     reads.Counter({{"path", label}}, static_cast<double>(path.reads()));
     bytes.Counter({{"path", label}}, static_cast<double>(path.bytes()));
     for (const v1::ErrorCount& error : path.errors_by_code()) {
@@ -167,7 +160,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "the simple one.",
                           MetricType::Counter);
   for (const v1::FallbackCount& fallback : stats.fallbacks()) {
-    fallbacks.Counter({{"reason", ReasonLabel(fallback.reason())}},
+    fallbacks.Counter({{"reason", client::FallbackLabel(fallback.reason())}},
                       static_cast<double>(fallback.count()));
   }
 

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
+#include "client/labels.h"
 #include "gtest/gtest.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/prometheus_text.h"
@@ -56,12 +57,6 @@ const std::vector<PlannedRead>& Plan() {
       {"hello.txt", 0, 4096, v1::GENERIC, v1::FALLBACK_BEYOND_EOF, 1, 2},
   };
   return *plan;
-}
-
-std::string ReasonLabel(v1::FallbackReason reason) {
-  std::string name = v1::FallbackReason_Name(reason).substr(sizeof("FALLBACK_") - 1);
-  for (char& c : name) c = static_cast<char>(std::tolower(c));
-  return name;
 }
 
 class MetricsTest : public ::testing::Test {
@@ -180,7 +175,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
     const uint64_t length = r.file == "hello.txt" ? hello->size() : r.length;
     (r.path == v1::SIMPLE ? simple : generic) += r.times;
     (r.path == v1::SIMPLE ? simple_bytes : generic_bytes) += r.times * length;
-    if (r.path == v1::GENERIC) fallbacks[ReasonLabel(r.fallback)] += r.times;
+    if (r.path == v1::GENERIC) fallbacks[client::FallbackLabel(r.fallback)] += r.times;
     device_ios += static_cast<uint64_t>(r.times * r.device_ios);
   }
   EXPECT_EQ(Delta(after, before, "blockread_reads_total", {{"path", "simple"}}), simple);
@@ -189,7 +184,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "generic"}}),
             generic_bytes);
   for (int r = v1::FALLBACK_DISABLED; r <= v1::FALLBACK_FILE_ROUTE; ++r) {
-    const std::string reason = ReasonLabel(static_cast<v1::FallbackReason>(r));
+    const std::string reason = client::FallbackLabel(static_cast<v1::FallbackReason>(r));
     EXPECT_EQ(Delta(after, before, "blockread_fallbacks_total", {{"reason", reason}}),
               fallbacks[reason])
         << reason;
