@@ -129,7 +129,6 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
                               {"interrupt_workers", d.interrupt_workers()}});
   }
   out["workers"] = nlohmann::json::array();
-  std::map<std::pair<std::string, std::string>, uint64_t> rpcs;
   for (int i = 0; i < now.workers_size(); ++i) {
     const v1::WorkerStats& w = now.workers(i);
     const v1::WorkerStats* old =
@@ -145,11 +144,10 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
          {"empty_polls", w.empty_polls()},
          {"busy_share", busy + idle ? static_cast<double>(busy) / (busy + idle) : 0.0},
          {"empty_polls_per_s", rate(w.empty_polls() - (old ? old->empty_polls() : 0))}});
-    for (const v1::RpcCount& r : w.rpcs()) rpcs[{r.method(), r.code()}] += r.count();
   }
   out["rpcs"] = nlohmann::json::array();
-  for (const auto& [key, count] : rpcs) {
-    out["rpcs"].push_back({{"method", key.first}, {"code", key.second}, {"count", count}});
+  for (const v1::RpcCount& r : now.rpcs()) {
+    out["rpcs"].push_back({{"method", r.method()}, {"code", r.code()}, {"count", r.count()}});
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "server/info_calls.h"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -166,6 +167,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   storage::StatsSnapshot snapshot;
   v1::GetStatsResponse response;
   const uint64_t now_ns = storage::MonotonicNowNs();
+  std::array<storage::ErrorCountsSnapshot, kRpcMethodCount> rpcs{};
   for (const Worker* worker : shared.workers) {
     const storage::StatsShard* shard = worker->stats();
     if (shard != nullptr) snapshot.Add(*shard);
@@ -178,13 +180,17 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     out->set_empty_polls(worker->counters().empty_polls.Load());
     for (int method = 0; method < kRpcMethodCount; ++method) {
       for (int code = 0; code < storage::kStatusCodeCount; ++code) {
-        const uint64_t n = worker->counters().rpcs[method][code].Load();
-        if (n == 0) continue;
-        v1::RpcCount* rpc = out->add_rpcs();
-        rpc->set_method(RpcMethodName(static_cast<RpcMethod>(method)));
-        rpc->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
-        rpc->set_count(n);
+        rpcs[method][code] += worker->counters().rpcs[method][code].Load();
       }
+    }
+  }
+  for (int method = 0; method < kRpcMethodCount; ++method) {
+    for (int code = 0; code < storage::kStatusCodeCount; ++code) {
+      if (rpcs[method][code] == 0) continue;
+      v1::RpcCount* rpc = response.add_rpcs();
+      rpc->set_method(RpcMethodName(static_cast<RpcMethod>(method)));
+      rpc->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+      rpc->set_count(rpcs[method][code]);
     }
   }
   for (int p = 0; p < storage::kReadPathCount; ++p) {

@@ -7,7 +7,6 @@
 
 #include <exception>
 #include <limits>
-#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -196,17 +195,15 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
   FamilyBuilder empty_polls(out, "blockread_worker_empty_polls_total",
                             "Worker loop turns that found no work: what polling costs.",
                             MetricType::Counter);
-  std::map<std::pair<std::string, std::string>, uint64_t> rpc_totals;
   for (const v1::WorkerStats& worker : stats.workers()) {
     const ClientMetric::Label label{"worker", absl::StrCat(worker.worker())};
     busy.Counter({label}, static_cast<double>(worker.busy_ns()) / kNsPerSecond);
     idle.Counter({label}, static_cast<double>(worker.idle_ns()) / kNsPerSecond);
     empty_polls.Counter({label}, static_cast<double>(worker.empty_polls()));
-    for (const v1::RpcCount& rpc : worker.rpcs())
-      rpc_totals[{rpc.method(), rpc.code()}] += rpc.count();
   }
-  for (const auto& [key, count] : rpc_totals) {
-    rpcs.Counter({{"method", key.first}, {"code", key.second}}, static_cast<double>(count));
+  for (const v1::RpcCount& rpc : stats.rpcs()) {
+    rpcs.Counter({{"method", rpc.method()}, {"code", rpc.code()}},
+                 static_cast<double>(rpc.count()));
   }
   return out;
 }
