@@ -31,15 +31,25 @@ constexpr double kNsPerSecond = 1e9;
 // values are integral ns, so "< edge" and "<= le" differ by at most one nanosecond. One edge per
 // octave keeps a scrape small: the histograms are most of its bytes, and serializing them most
 // of its cost (finer percentiles are in GetStats, which sends the server's own buckets).
-std::vector<uint64_t> HistogramEdgesNs() {
-  std::vector<uint64_t> edges;
-  for (int k = 10; k <= 33; ++k) edges.push_back(uint64_t{1} << k);
-  return edges;
-}
+struct HistogramEdge {
+  uint64_t ns;
+  // The double nearest the decimal value, so the label reads "8.192e-06" rather than the
+  // "8.192000000000001e-06" of a plain division.
+  double seconds;
+};
 
-// The double nearest the decimal value of `edge_ns` seconds, so the label reads "8.192e-06"
-// rather than the "8.192000000000001e-06" of a plain division.
-double EdgeSeconds(uint64_t edge_ns) { return std::stod(absl::StrFormat("%de-9", edge_ns)); }
+// Computed once; scrapes only read it.
+const std::vector<HistogramEdge>& HistogramEdges() {
+  static const auto* edges = [] {
+    auto* out = new std::vector<HistogramEdge>;
+    for (int k = 10; k <= 33; ++k) {
+      const uint64_t ns = uint64_t{1} << k;
+      out->push_back({ns, std::stod(absl::StrFormat("%de-9", ns))});
+    }
+    return out;
+  }();
+  return *edges;
+}
 
 // Appends one family to `out` and fills it. Holds an index, not a reference: builders of later
 // families append to the same vector.
@@ -65,17 +75,16 @@ class FamilyBuilder {
     Add(std::move(labels)).gauge.value = value;
   }
   void Histogram(std::vector<ClientMetric::Label> labels, const v1::Histogram& in) {
-    static const std::vector<uint64_t> edges = HistogramEdgesNs();
     ClientMetric::Histogram& out = Add(std::move(labels)).histogram;
     // in.buckets() are ascending; a server bucket lies wholly below an edge when its inclusive
     // upper bound is below it.
     uint64_t cumulative = 0;
     int next = 0;
-    for (uint64_t edge : edges) {
-      while (next < in.buckets_size() && in.buckets(next).upper_bound_ns() < edge) {
+    for (const HistogramEdge& edge : HistogramEdges()) {
+      while (next < in.buckets_size() && in.buckets(next).upper_bound_ns() < edge.ns) {
         cumulative += in.buckets(next++).count();
       }
-      out.bucket.push_back({cumulative, EdgeSeconds(edge)});
+      out.bucket.push_back({cumulative, edge.seconds});
     }
     for (; next < in.buckets_size(); ++next) cumulative += in.buckets(next).count();
     // The count is the buckets' sum, not in.count(): the snapshot reads buckets and count while
