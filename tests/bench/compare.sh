@@ -86,7 +86,7 @@ cpu_per_read() {  # ticks_before ticks_after reads seconds_total
   awk -v b="$1" -v a="$2" -v n="$3" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", (a - b) / hz * 1e6 / n; else print "-" }'
 }
 
-fio_row() {  # name workload json_file total_seconds server_pid_or_empty ticks_before ticks_after
+fio_row() {  # name workload json_file [total_seconds ticks_before ticks_after]: CPU/read if given
   local name=$1 workload=$2 json=$3 ticks_b=${5:-} ticks_a=${6:-}
   local iops bw p50 p99 cpu="-"
   iops=$(jq '.jobs[0].read.iops' "$json")
