@@ -10,7 +10,7 @@
 namespace blockread::server {
 
 // Posts the first Check and Watch calls on the worker's queue.
-void PostHealthCalls(Worker* worker);
+void PostHealthCalls(Worker& worker);
 
 }  // namespace blockread::server
 

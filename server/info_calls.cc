@@ -222,11 +222,20 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       out->set_bytes(in.bytes);
       out->set_errors(in.errors);
       out->set_inflight(in.inflight);
-      const uint64_t interrupt = in.workers_by_poll_mode[0];
-      const uint64_t iopoll = in.workers_by_poll_mode[1];
+      const uint64_t interrupt =
+          in.workers_by_backend[static_cast<int>(storage::BackendKind::kUringInterrupt)];
+      const uint64_t iopoll =
+          in.workers_by_backend[static_cast<int>(storage::BackendKind::kUringIoPoll)];
       out->set_poll_mode(iopoll == 0 ? "interrupt" : interrupt == 0 ? "iopoll" : "mixed");
       out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
       out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
+      const char* backend = "mixed";
+      for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
+        if (in.workers_by_backend[kind] == interrupt + iopoll) {
+          backend = storage::BackendKindName(static_cast<storage::BackendKind>(kind));
+        }
+      }
+      out->set_backend(backend);
     }
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
@@ -235,8 +244,8 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   return response;
 }
 
-void PostInfoCalls(Worker* worker) {
-  Service* service = &worker->shared().service;
+void PostInfoCalls(Worker& worker) {
+  Service* service = &worker.shared().service;
   UnaryCall<Service, v1::StatFileRequest, v1::FileInfo>::Post(
       worker, service, &Service::RequestStatFile, &StatFile, RpcMethod::kStatFile);
   UnaryCall<Service, v1::ListFilesRequest, v1::ListFilesResponse>::Post(

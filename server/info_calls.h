@@ -9,7 +9,7 @@
 namespace blockread::server {
 
 // Posts the first call of each metadata RPC on the worker's queue.
-void PostInfoCalls(Worker* worker);
+void PostInfoCalls(Worker& worker);
 
 // The statistics of every worker of the server, merged (what GetStats returns).
 v1::GetStatsResponse CollectStats(const SharedState& shared);

@@ -31,186 +31,151 @@ absl::Status QueueFull(Worker& worker) {
       worker.index(), worker.shared().config.max_queued_reads()));
 }
 
+storage::ReadRequest EngineRequest(const std::string& file, uint64_t offset, uint64_t length,
+                                   uint64_t arrival_ns) {
+  storage::ReadRequest request;
+  request.file = file;
+  request.offset = offset;
+  request.length = length;
+  request.arrival_ns = arrival_ns;
+  return request;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // ReadBlock
 
-void ReadBlockCall::Post(Worker* worker) { new ReadBlockCall(worker); }
+void ReadBlockCall::Post(Worker& worker) { new ReadBlockCall(worker); }
 
-ReadBlockCall::ReadBlockCall(Worker* worker) : worker_(worker), responder_(&context_) {
-  // Must precede the request: the done notice is how we learn of cancellation.
-  context_.AsyncNotifyWhenDone(&done_tag_);
-  worker_->shared().service.RequestReadBlock(&context_, &request_, &responder_, worker_->queue(),
-                                             worker_->queue(), &request_tag_);
+ReadBlockCall::ReadBlockCall(Worker& worker)
+    : Call(worker, RpcMethod::kReadBlock), responder_(&context_) {
+  RequestCall([&](void* tag) {
+    worker_.shared().service.RequestReadBlock(&context_, &request_, &responder_, worker_.queue(),
+                                              worker_.queue(), tag);
+  });
 }
 
-void ReadBlockCall::OnEvent(uint8_t event, bool ok) {
-  switch (event) {
-    case kRequest: {
-      if (!ok) {  // the server is shutting down; an unmatched call gets no done notice
-        delete this;
-        return;
-      }
-      if (worker_->accepting_operations()) Post(worker_);
-      done_pending_ = true;
-      arrival_ns_ = storage::MonotonicNowNs();
-      absl::Status started = TryStart();
-      if (absl::IsResourceExhausted(started)) {
-        if (worker_->Defer(this)) {
-          deferred_ = true;
-          return;
-        }
-        started = QueueFull(*worker_);
-      }
-      if (!started.ok()) FinishWith(ToGrpcStatus(started));
-      return;
-    }
-    case kFinish:
-      finish_pending_ = false;
-      MaybeDelete();
-      return;
-    case kDone:
-      done_pending_ = false;
-      cancelled_ = context_.IsCancelled();
-      if (cancelled_ && !finish_sent_) {
-        worker_->mutable_counters().CountRpc(RpcMethod::kReadBlock, grpc::StatusCode::CANCELLED);
-      }
-      if (cancelled_ && deferred_) {
-        worker_->Undefer(this);
-        deferred_ = false;
-      }
-      MaybeDelete();
-      return;
+void ReadBlockCall::OnRequest() {
+  arrival_ns_ = storage::MonotonicNowNs();
+  AdmissionQueue& admission = worker_.admission();
+  // Behind the reads already waiting: a newcomer never overtakes them.
+  if (admission.empty() && TryStart()) return;
+  if (admission.Push(wait_list_, *this)) {
+    Hold();  // waiting for admission
+    return;
   }
+  FinishWith(ToGrpcStatus(QueueFull(worker_)));
 }
 
-absl::Status ReadBlockCall::TryStart() {
-  absl::Status status = worker_->engine().StartRead(
-      request_.file(), request_.offset(), request_.length(), &OnReadDone, this, arrival_ns_);
-  if (status.ok()) read_in_flight_ = true;
-  return status;
+void ReadBlockCall::OnDone() {
+  // Nobody waits for the answer any more: give up the place in the queue. A read already in the
+  // engine completes first (its hold keeps the call).
+  if (cancelled()) worker_.admission().RemoveAll(wait_list_);
 }
 
-bool ReadBlockCall::RetryStart() {
-  absl::Status started = TryStart();
-  if (absl::IsResourceExhausted(started)) return false;
-  deferred_ = false;
-  if (!started.ok()) FinishWith(ToGrpcStatus(started));
-  return true;
-}
-
-bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result) {
-  auto* call = static_cast<ReadBlockCall*>(context);
-  call->read_in_flight_ = false;
-  call->worker_->mutable_counters().reads.Add(1);
-  if (call->cancelled_) {  // nobody to answer; the slot is free again as we return
-    call->MaybeDelete();
-    return false;
-  }
-  if (!result.status.ok()) {
-    call->FinishWith(ToGrpcStatus(result.status));
-  } else {
-    FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_);
-    call->FinishWith(grpc::Status::OK);
+bool ReadBlockCall::TryStart() {
+  absl::Status refusal;
+  switch (worker_.engine().StartRead(
+      EngineRequest(request_.file(), request_.offset(), request_.length(), arrival_ns_),
+      &OnReadDone, this, &refusal)) {
+    case storage::StartOutcome::kQueued:
+      Hold();  // the engine read
+      return true;
+    case storage::StartOutcome::kCompleted:
+      FinishWith(ToGrpcStatus(refusal));
+      return true;
+    case storage::StartOutcome::kBusy:
+      return false;
   }
   return false;
 }
 
-void ReadBlockCall::FinishWith(const grpc::Status& status) {
-  if (!worker_->accepting_operations()) {
-    MaybeDelete();
-    return;
+bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result) {
+  auto* call = static_cast<ReadBlockCall*>(context);
+  call->worker_.mutable_counters().reads.Add(1);
+  if (!call->cancelled()) {
+    if (!result.status.ok()) {
+      call->FinishWith(ToGrpcStatus(result.status));
+    } else {
+      FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_);
+      call->FinishWith(grpc::Status::OK);
+    }
   }
-  finish_pending_ = true;
-  finish_sent_ = true;
-  worker_->mutable_counters().CountRpc(RpcMethod::kReadBlock, status.error_code());
-  if (status.ok()) {
-    responder_.Finish(response_, status, &finish_tag_);
-  } else {
-    responder_.FinishWithError(status, &finish_tag_);
-  }
+  call->Release();  // the engine read; the slot is free again as we return
+  return false;
 }
 
-void ReadBlockCall::MaybeDelete() {
-  if (!read_in_flight_ && !deferred_ && !finish_pending_ && !done_pending_) delete this;
+void ReadBlockCall::FinishWith(const grpc::Status& status) {
+  if (!may_start_operations()) return;
+  CountFinish(status.error_code());
+  if (status.ok()) {
+    responder_.Finish(response_, status, Op(finish_tag_));
+  } else {
+    responder_.FinishWithError(status, Op(finish_tag_));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // ReadBlocks
 
-void ReadBlocksCall::Post(Worker* worker) { new ReadBlocksCall(worker); }
+void ReadBlocksCall::Post(Worker& worker) { new ReadBlocksCall(worker); }
 
-ReadBlocksCall::ReadBlocksCall(Worker* worker) : worker_(worker), stream_(&context_) {
-  context_.AsyncNotifyWhenDone(&done_tag_);
-  worker_->shared().service.RequestReadBlocks(&context_, &stream_, worker_->queue(),
-                                              worker_->queue(), &request_tag_);
+ReadBlocksCall::ReadBlocksCall(Worker& worker)
+    : Call(worker, RpcMethod::kReadBlocks), stream_(&context_) {
+  RequestCall([&](void* tag) {
+    worker_.shared().service.RequestReadBlocks(&context_, &stream_, worker_.queue(),
+                                               worker_.queue(), tag);
+  });
+}
+
+void ReadBlocksCall::Refuse(const grpc::Status& status) {
+  if (!may_start_operations()) return;
+  CountFinish(status.error_code());
+  stream_.Finish(status, Op(finish_tag_));
 }
 
 void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
   switch (event) {
-    case kRequest:
-      if (!ok) {
-        delete this;
-        return;
-      }
-      if (worker_->accepting_operations()) Post(worker_);
-      done_pending_ = true;
-      IssueRead();
-      return;
     case kRead: {
       reading_ = false;
       if (!ok) {  // the client half-closed (or the stream broke)
         half_closed_ = true;
         MaybeFinish();
-        MaybeDelete();
         return;
       }
       const uint64_t arrival_ns = storage::MonotonicNowNs();
       for (const v1::ReadItem& item : incoming_.reads()) StartItem(item, arrival_ns);
       // Backpressure: while reads wait for slots, stop reading the stream (HTTP/2 flow control
-      // then slows the client); the last deferred read to start resumes reading.
-      if (deferred_.empty()) IssueRead();
+      // then slows the client); the last waiting read to leave the queue resumes reading.
+      if (waiting_ == 0) IssueRead();
       return;
     }
     case kWrite:
       writing_ = false;
       if (!ok) {
-        cancelled_ = true;
-      } else {
-        MaybeWrite();
-        MaybeFinish();
+        write_failed_ = true;
+        return;
       }
-      MaybeDelete();
+      MaybeWrite();
+      MaybeFinish();
       return;
     case kFinish:
-      finish_pending_ = false;
-      MaybeDelete();
-      return;
-    case kDone:
-      done_pending_ = false;
-      if (context_.IsCancelled()) {
-        if (!finish_sent_) {
-          worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks, grpc::StatusCode::CANCELLED);
-        }
-        cancelled_ = true;
-        for (StreamRead* read : deferred_) {
-          worker_->Undefer(read);
-          FreeRead(read);
-        }
-        deferred_.clear();
-        outgoing_.Clear();
-      }
-      MaybeDelete();
       return;
   }
 }
 
+void ReadBlocksCall::OnDone() {
+  if (!cancelled()) return;
+  worker_.admission().RemoveAll(wait_list_);
+  outgoing_.Clear();
+}
+
 void ReadBlocksCall::IssueRead() {
-  if (reading_ || half_closed_ || cancelled_ || !worker_->accepting_operations()) return;
+  if (reading_ || half_closed_ || over() || !may_start_operations()) return;
   reading_ = true;
   incoming_.Clear();
-  stream_.Read(&incoming_, &read_tag_);
+  stream_.Read(&incoming_, Op(read_tag_));
 }
 
 ReadBlocksCall::StreamRead* ReadBlocksCall::NewRead() {
@@ -230,87 +195,99 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
   StreamRead* read = NewRead();
   read->item = item;
   read->arrival_ns = arrival_ns;
-  absl::Status started = TryStart(*read);
-  if (absl::IsResourceExhausted(started)) {
-    if (worker_->Defer(read)) {
-      deferred_.push_back(read);
-      return;
-    }
-    started = QueueFull(*worker_);
+  read->state = StreamRead::State::kWaiting;
+  AdmissionQueue& admission = worker_.admission();
+  if (admission.empty() && TryStart(*read)) {
+    if (read->state == StreamRead::State::kAnswered) FreeRead(read);
+    return;
   }
-  if (!started.ok()) AddError(*read, started);
+  if (admission.Push(wait_list_, *read)) {
+    Hold();  // waiting for admission
+    ++waiting_;
+    return;
+  }
+  AddError(item.tag(), QueueFull(worker_));
+  FreeRead(read);
 }
 
-absl::Status ReadBlocksCall::TryStart(StreamRead& read) {
-  absl::Status status =
-      worker_->engine().StartRead(read.item.file(), read.item.offset(), read.item.length(),
-                                  &OnReadDone, &read, read.arrival_ns);
-  if (status.ok()) ++in_flight_;
-  return status;
+bool ReadBlocksCall::TryStart(StreamRead& read) {
+  absl::Status refusal;
+  switch (worker_.engine().StartRead(
+      EngineRequest(read.item.file(), read.item.offset(), read.item.length(), read.arrival_ns),
+      &OnReadDone, &read, &refusal)) {
+    case storage::StartOutcome::kQueued:
+      Hold();  // the engine read
+      ++in_flight_;
+      read.state = StreamRead::State::kInFlight;
+      return true;
+    case storage::StartOutcome::kCompleted:
+      AddError(read.item.tag(), refusal);
+      read.state = StreamRead::State::kAnswered;
+      return true;
+    case storage::StartOutcome::kBusy:
+      return false;
+  }
+  return false;
 }
 
-bool ReadBlocksCall::StreamRead::RetryStart() {
-  absl::Status started = call->TryStart(*this);
-  if (absl::IsResourceExhausted(started)) return false;
-  auto& deferred = call->deferred_;
-  deferred.erase(std::remove(deferred.begin(), deferred.end(), this), deferred.end());
-  if (!started.ok()) call->AddError(*this, started);
-  if (deferred.empty()) call->IssueRead();
-  return true;
+void ReadBlocksCall::OnLeftQueue(StreamRead& read) {
+  --waiting_;
+  // Answered at admission, or dropped with the call: the read is done with. In flight: the
+  // engine's callback frees it.
+  if (read.state != StreamRead::State::kInFlight) FreeRead(&read);
+  if (waiting_ == 0) IssueRead();
+  Release();  // the wait for admission
 }
 
 bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result) {
   auto* read = static_cast<StreamRead*>(context);
   ReadBlocksCall* call = read->call;
   --call->in_flight_;
-  call->worker_->mutable_counters().reads.Add(1);
-  if (call->cancelled_) {
-    call->FreeRead(read);
-    call->MaybeDelete();
-    return false;
+  call->worker_.mutable_counters().reads.Add(1);
+  if (!call->over()) {
+    if (!result.status.ok()) {
+      call->AddError(read->item.tag(), result.status);
+    } else {
+      v1::ReadResult* out = call->outgoing_.add_results();
+      out->set_tag(read->item.tag());
+      FillFromResult(*out, result, read->item.want_crc32c(), read->arrival_ns);
+      call->outgoing_bytes_ += result.length;
+      call->ScheduleFlush();
+    }
   }
-  if (!result.status.ok()) {
-    call->AddError(*read, result.status);
-    return false;
-  }
-  v1::ReadResult* out = call->outgoing_.add_results();
-  out->set_tag(read->item.tag());
-  FillFromResult(*out, result, read->item.want_crc32c(), read->arrival_ns);
-  call->outgoing_bytes_ += result.length;
   call->FreeRead(read);
-  call->ScheduleFlush();
+  call->Release();  // the engine read
   return false;
 }
 
-void ReadBlocksCall::AddError(StreamRead& read, const absl::Status& status) {
+void ReadBlocksCall::AddError(uint64_t tag, const absl::Status& status) {
+  if (over()) return;
   v1::ReadResult* out = outgoing_.add_results();
-  out->set_tag(read.item.tag());
+  out->set_tag(tag);
   out->set_code(static_cast<int32_t>(status.code()));
   out->set_error_message(std::string(status.message()));
-  FreeRead(&read);
   ScheduleFlush();
 }
 
 void ReadBlocksCall::ScheduleFlush() {
   if (flush_scheduled_) return;
   flush_scheduled_ = true;
-  worker_->ScheduleFlush(this);
+  Hold();  // the worker's flush list points at us until Flush()
+  worker_.ScheduleFlush(this);
 }
 
 void ReadBlocksCall::Flush() {
   flush_scheduled_ = false;
   MaybeWrite();
   MaybeFinish();
-  MaybeDelete();
+  Release();  // the scheduled flush
 }
 
 void ReadBlocksCall::MaybeWrite() {
-  if (writing_ || outgoing_.results_size() == 0 || cancelled_ || !worker_->accepting_operations()) {
-    return;
-  }
+  if (writing_ || outgoing_.results_size() == 0 || over() || !may_start_operations()) return;
   // Everything gathered goes in one message, unless that would pass the message size limit:
   // then the rest waits for the next write.
-  const uint64_t limit = worker_->shared().config.max_read_bytes() + (1 << 20);
+  const uint64_t limit = worker_.shared().config.max_read_bytes() + (1 << 20);
   in_write_.Clear();
   if (outgoing_bytes_ <= limit) {
     in_write_.Swap(&outgoing_);
@@ -326,28 +303,16 @@ void ReadBlocksCall::MaybeWrite() {
     if (!from->empty()) ScheduleFlush();
   }
   writing_ = true;
-  stream_.Write(in_write_, &write_tag_);
+  stream_.Write(in_write_, Op(write_tag_));
 }
 
 void ReadBlocksCall::MaybeFinish() {
-  if (!half_closed_ || in_flight_ > 0 || !deferred_.empty() || writing_ ||
-      outgoing_.results_size() > 0 || finish_sent_ || cancelled_ ||
-      !worker_->accepting_operations()) {
+  if (!half_closed_ || in_flight_ > 0 || waiting_ > 0 || writing_ || outgoing_.results_size() > 0 ||
+      finish_sent() || over() || !may_start_operations()) {
     return;
   }
-  finish_sent_ = true;
-  finish_pending_ = true;
-  worker_->mutable_counters().CountRpc(RpcMethod::kReadBlocks, grpc::StatusCode::OK);
-  stream_.Finish(grpc::Status::OK, &finish_tag_);
-}
-
-void ReadBlocksCall::MaybeDelete() {
-  // A scheduled flush holds a pointer to us in the worker's list: wait for it.
-  if (reading_ || writing_ || in_flight_ > 0 || !deferred_.empty() || finish_pending_ ||
-      done_pending_ || flush_scheduled_) {
-    return;
-  }
-  delete this;
+  CountFinish(grpc::StatusCode::OK);
+  stream_.Finish(grpc::Status::OK, Op(finish_tag_));
 }
 
 }  // namespace blockread::server

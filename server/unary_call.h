@@ -22,54 +22,48 @@ class UnaryCall final : public Call {
 
   // Starts waiting for the next call of `method` on the worker's queue; finished calls are
   // counted as `counted_as`.
-  static void Post(Worker* worker, Service* service, RequestMethod method, Handler handler,
+  static void Post(Worker& worker, Service* service, RequestMethod method, Handler handler,
                    RpcMethod counted_as) {
     new UnaryCall(worker, service, method, handler, counted_as);
   }
 
-  void OnEvent(uint8_t event, bool ok) override {
-    if (event == kFinish || !ok) {  // finished, or never matched (shutdown)
-      delete this;
-      return;
-    }
-    if (!worker_->accepting_operations()) {
-      delete this;
-      return;
-    }
-    Post(worker_, service_, method_, handler_, counted_as_);
-    const grpc::Status status = handler_(*worker_, request_, &response_);
-    worker_->mutable_counters().CountRpc(counted_as_, status.error_code());
-    if (status.ok()) {
-      responder_.Finish(response_, status, &finish_tag_);
-    } else {
-      responder_.FinishWithError(status, &finish_tag_);
-    }
-  }
-
  private:
-  enum Event : uint8_t { kRequest, kFinish };
-  UnaryCall(Worker* worker, Service* service, RequestMethod method, Handler handler,
+  static constexpr uint8_t kFinish = kFirstMethodEvent;
+
+  UnaryCall(Worker& worker, Service* service, RequestMethod method, Handler handler,
             RpcMethod counted_as)
-      : worker_(worker),
+      : Call(worker, counted_as),
         service_(service),
         method_(method),
         handler_(handler),
-        counted_as_(counted_as),
         responder_(&context_) {
-    (service_->*method_)(&context_, &request_, &responder_, worker_->queue(), worker_->queue(),
-                         &request_tag_);
+    RequestCall([&](void* tag) {
+      (service_->*method_)(&context_, &request_, &responder_, worker_.queue(), worker_.queue(),
+                           tag);
+    });
   }
 
-  Worker* const worker_;
+  void PostNext() override { Post(worker_, service_, method_, handler_, method()); }
+  void OnRequest() override { Finish(handler_(worker_, request_, &response_)); }
+  void Refuse(const grpc::Status& status) override { Finish(status); }
+  void OnEvent(uint8_t, bool) override {}  // kFinish: the answer is out; nothing left to do
+
+  void Finish(const grpc::Status& status) {
+    if (!may_start_operations()) return;
+    CountFinish(status.error_code());
+    if (status.ok()) {
+      responder_.Finish(response_, status, Op(finish_tag_));
+    } else {
+      responder_.FinishWithError(status, Op(finish_tag_));
+    }
+  }
+
   Service* const service_;
   const RequestMethod method_;
   const Handler handler_;
-  const RpcMethod counted_as_;
-  grpc::ServerContext context_;
   Request request_;
   Response response_;
   grpc::ServerAsyncResponseWriter<Response> responder_;
-  CallTag request_tag_{this, kRequest};
   CallTag finish_tag_{this, kFinish};
 };
 

@@ -16,45 +16,26 @@
 namespace blockread::server {
 namespace {
 
-// While reads are in flight the loop spins on the io_uring CQ (user memory, cheap) and looks at
-// gRPC's queue only this often: each look polls the sockets, which costs microseconds.
+// While reads are in flight the loop spins on the engine's completions (user memory, cheap) and
+// looks at gRPC's queue only this often: each look polls the sockets, which costs microseconds.
 constexpr uint64_t kGrpcPollIntervalWhileBusyNs = 5'000;
 // Events taken from gRPC's queue per look, so a burst of RPCs cannot starve the device.
 constexpr int kGrpcEventsPerTurn = 64;
 
 }  // namespace
 
-const char* RpcMethodName(RpcMethod method) {
-  switch (method) {
-    case RpcMethod::kReadBlock:
-      return "ReadBlock";
-    case RpcMethod::kReadBlocks:
-      return "ReadBlocks";
-    case RpcMethod::kStatFile:
-      return "StatFile";
-    case RpcMethod::kListFiles:
-      return "ListFiles";
-    case RpcMethod::kGetStats:
-      return "GetStats";
-    case RpcMethod::kExplain:
-      return "Explain";
-    case RpcMethod::kHealthCheck:
-      return "grpc.health.v1.Health/Check";
-    case RpcMethod::kHealthWatch:
-      return "grpc.health.v1.Health/Watch";
-  }
-  return "unknown";
-}
-
 Worker::Worker(int index, int cpu, SharedState& shared,
                std::unique_ptr<grpc::ServerCompletionQueue> queue)
-    : index_(index), cpu_(cpu), shared_(shared), queue_(std::move(queue)) {}
+    : index_(index),
+      cpu_(cpu),
+      shared_(shared),
+      queue_(std::move(queue)),
+      admission_(shared.config.max_queued_reads()) {}
 
 Worker::~Worker() {
   Join();
   // Every worker has stopped (the server joins them all first), so nobody reads our stats shard
-  // any more. The ring is torn down from this thread: only submissions are tied to the thread
-  // that created it, and no read is in flight.
+  // any more. No read is in flight.
   stats_.store(nullptr, std::memory_order_release);
   engine_.reset();
 }
@@ -82,12 +63,19 @@ void Worker::SetWakeAlarm() {
   alarms_.back()->Set(queue_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &wake_tag_);
 }
 
+void Worker::ShutDownQueue() {
+  // Under the lock: no other thread is setting an alarm on the queue as it shuts down.
+  std::lock_guard lock(alarms_mu_);
+  queue_shut_down_ = true;
+  queue_->Shutdown();
+}
+
 void Worker::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Worker::Run() {
-  absl::Status start_error;
+absl::Status Worker::Setup() {
+  absl::Status status;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu_, &set);
@@ -96,60 +84,52 @@ void Worker::Run() {
   if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0 ||
       pthread_getaffinity_np(pthread_self(), sizeof(actual), &actual) != 0 ||
       !CPU_EQUAL(&set, &actual)) {
-    start_error = absl::FailedPreconditionError(
-        absl::StrFormat("worker %d: cannot pin its thread to CPU %d", index_, cpu_));
+    status = absl::FailedPreconditionError(absl::StrFormat(
+        "worker %d: cannot pin its thread to CPU %d (outside the CPUs this process may use, e.g. "
+        "a container's cpuset); choose --cpus from the allowed CPUs",
+        index_, cpu_));
   } else {
-    // The ring must be created on the thread that submits to it (IORING_SETUP_SINGLE_ISSUER).
+    // The rings must be created on the thread that submits to them (SINGLE_ISSUER).
     auto engine = storage::EngineContext::Create(shared_.catalog, EngineConfigFrom(shared_.config));
     if (!engine.ok()) {
-      start_error = absl::Status(
+      status = absl::Status(
           engine.status().code(),
           absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_, engine.status().message()));
     } else {
       engine_ = *std::move(engine);
       stats_.store(&engine_->stats(), std::memory_order_release);
+      ReadBlockCall::Post(*this);
+      ReadBlocksCall::Post(*this);
+      PostInfoCalls(*this);
+      PostHealthCalls(*this);
     }
   }
-  if (!start_error.ok()) {
-    queue_->Shutdown();
-    void* tag;
-    bool ok;
-    while (queue_->Next(&tag, &ok)) {
-    }
-    ready_.set_value(start_error);
+  ready_.set_value(status);
+  return status;
+}
+
+void Worker::Run() {
+  if (Setup().ok()) {
+    Loop();
     return;
   }
-  ReadBlockCall::Post(this);
-  ReadBlocksCall::Post(this);
-  PostInfoCalls(this);
-  PostHealthCalls(this);
-  ready_.set_value(absl::OkStatus());
-  Loop();
-  // The queue is drained and shut down and no read is in flight. The engine stays until the
-  // Worker is destroyed: other workers may still be reading its stats shard for a GetStats.
+  // Nothing was posted on the queue. The server stops at once when a worker fails to start:
+  // wait for that, then shut the queue down and drain it (wake-up alarms may be on it).
+  for (;;) {
+    if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_) ShutDownQueue();
+    void* tag;
+    bool ok;
+    if (!queue_->Next(&tag, &ok)) return;
+  }
 }
 
-bool Worker::Defer(DeferredRead* read) {
-  if (deferred_.size() >= shared_.config.max_queued_reads()) return false;
-  deferred_.push_back(read);
-  return true;
-}
-
-void Worker::Undefer(DeferredRead* read) {
-  deferred_.erase(std::remove(deferred_.begin(), deferred_.end(), read), deferred_.end());
+grpc::Status Worker::Accept(const Call&, const grpc::ServerContext&) {
+  // Every RPC passes here first: identity, access checks and quotas belong here.
+  return grpc::Status::OK;
 }
 
 void Worker::RemoveWatcher(HealthWatcher* watcher) {
   watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), watcher), watchers_.end());
-}
-
-int Worker::RetryDeferred() {
-  int started = 0;
-  while (!deferred_.empty() && deferred_.front()->RetryStart()) {
-    deferred_.pop_front();
-    ++started;
-  }
-  return started;
 }
 
 void Worker::NotifyWatchersIfHealthChanged() {
@@ -165,63 +145,68 @@ void Worker::NotifyWatchersIfHealthChanged() {
 
 void Worker::Dispatch(void* tag, bool ok) {
   auto* call_tag = static_cast<CallTag*>(tag);
-  call_tag->call->OnEvent(call_tag->event, ok);
+  if (call_tag->call == nullptr) return;  // a wake-up alarm: the turn itself is the point
+  call_tag->call->HandleEvent(call_tag->event, ok);
+}
+
+Worker::Turn Worker::PollOnce(bool poll_grpc) {
+  if (queue_drained_) return Turn::kStopped;
+  int work = engine_->PollOnce();
+  if (!admission_.empty()) work += admission_.AdmitWaiting();
+  if (!flush_.empty()) {
+    flushing_.swap(flush_);
+    for (Flushable* call : flushing_) call->Flush();
+    work += static_cast<int>(flushing_.size());
+    flushing_.clear();
+  }
+  NotifyWatchersIfHealthChanged();
+
+  if (poll_grpc) {
+    const gpr_timespec past = gpr_inf_past(GPR_CLOCK_MONOTONIC);
+    for (int i = 0; i < kGrpcEventsPerTurn; ++i) {
+      void* tag;
+      bool ok;
+      const auto status = queue_->AsyncNext(&tag, &ok, past);
+      if (status == grpc::CompletionQueue::GOT_EVENT) {
+        Dispatch(tag, ok);
+        ++work;
+        continue;
+      }
+      if (status == grpc::CompletionQueue::SHUTDOWN) queue_drained_ = true;
+      break;
+    }
+  }
+
+  // Stopping: once the server has shut down, nothing new arrives; when our last reads are done
+  // no call will start another operation, so the queue can be shut down and drained.
+  if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ &&
+      engine_->reads_in_flight() == 0 && admission_.empty()) {
+    ShutDownQueue();
+  }
+  if (queue_drained_) return Turn::kStopped;
+  return work > 0 ? Turn::kBusy : Turn::kIdle;
 }
 
 void Worker::Loop() {
-  const gpr_timespec past = gpr_inf_past(GPR_CLOCK_MONOTONIC);
   const uint64_t idle_spin_ns = uint64_t{shared_.config.idle_spin_us()} * 1000;
   uint64_t idle_since = 0;
-  uint64_t last_grpc_look = 0;
-  bool queue_drained = false;
   uint64_t turn_start = storage::MonotonicNowNs();
   counters_.loop_start_ns.Set(turn_start);
   for (;;) {
-    int work = engine_->PollOnce();
-    work += RetryDeferred();
-    if (!flush_.empty()) {
-      std::vector<Flushable*> to_flush;
-      to_flush.swap(flush_);
-      for (Flushable* call : to_flush) call->Flush();
-    }
-    NotifyWatchersIfHealthChanged();
-
-    const bool in_flight = engine_->reads_in_flight() > 0;
-    if (!in_flight || turn_start - last_grpc_look >= kGrpcPollIntervalWhileBusyNs) {
-      last_grpc_look = turn_start;
-      for (int i = 0; i < kGrpcEventsPerTurn; ++i) {
-        void* tag;
-        bool ok;
-        const auto status = queue_->AsyncNext(&tag, &ok, past);
-        if (status == grpc::CompletionQueue::GOT_EVENT) {
-          Dispatch(tag, ok);
-          ++work;
-          continue;
-        }
-        if (status == grpc::CompletionQueue::SHUTDOWN) queue_drained = true;
-        break;
-      }
-    }
-
-    // Stopping: once the server has shut down, nothing new arrives; when our last reads are done
-    // no call will start another operation, so the queue can be shut down and drained.
-    if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ && !in_flight &&
-        deferred_.empty()) {
-      // Under the lock: no other thread is setting an alarm on the queue as it shuts down.
-      std::lock_guard lock(alarms_mu_);
-      queue_shut_down_ = true;
-      queue_->Shutdown();
-    }
-    if (queue_drained) return;
+    const bool poll_grpc = engine_->reads_in_flight() == 0 || queue_shut_down_ ||
+                           turn_start - last_grpc_look_ns_ >= kGrpcPollIntervalWhileBusyNs;
+    if (poll_grpc) last_grpc_look_ns_ = turn_start;
+    const Turn turn = PollOnce(poll_grpc);
+    if (turn == Turn::kStopped) return;
 
     const uint64_t now = storage::MonotonicNowNs();
-    if (work > 0) {
+    if (turn == Turn::kBusy) {
       counters_.busy_ns.Add(now - turn_start);
     } else {
       counters_.empty_polls.Add(1);
     }
     turn_start = now;
-    if (work > 0 || in_flight) {
+    if (turn == Turn::kBusy || engine_->reads_in_flight() > 0) {
       idle_since = 0;
       continue;
     }

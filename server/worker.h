@@ -1,5 +1,5 @@
 // A pinned worker: one thread, one gRPC completion queue, one engine context. The worker that
-// receives an RPC reads with its own ring and finishes the RPC itself; nothing of it is shared.
+// receives an RPC reads with its own engine and finishes the RPC itself; nothing of it is shared.
 #ifndef BLOCKREAD_SERVER_WORKER_H_
 #define BLOCKREAD_SERVER_WORKER_H_
 
@@ -8,7 +8,6 @@
 
 #include <array>
 #include <atomic>
-#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -16,26 +15,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/admission_queue.h"
 #include "server/call.h"
 #include "server/shared_state.h"
 #include "storage/read_path.h"
 #include "storage/stats.h"
 
 namespace blockread::server {
-
-// The RPC methods the server counts (a bounded label set).
-enum class RpcMethod : uint8_t {
-  kReadBlock = 0,
-  kReadBlocks,
-  kStatFile,
-  kListFiles,
-  kGetStats,
-  kExplain,
-  kHealthCheck,
-  kHealthWatch,
-};
-inline constexpr int kRpcMethodCount = 8;
-const char* RpcMethodName(RpcMethod method);
 
 // Loop and RPC counters, written by the worker only (see storage::Counter), read by GetStats.
 struct WorkerCounters {
@@ -60,14 +46,6 @@ struct WorkerCounters {
   }
 };
 
-// A read that found every engine slot busy; the worker retries it in FIFO order.
-class DeferredRead {
- public:
-  virtual ~DeferredRead() = default;
-  // Tries to start the read again. Returns false if the slots are still busy (stay queued).
-  virtual bool RetryStart() = 0;
-};
-
 // A call with results to write, flushed once per loop turn so results that complete together
 // leave in one message.
 class Flushable {
@@ -88,15 +66,14 @@ class Worker {
  public:
   Worker(int index, int cpu, SharedState& shared,
          std::unique_ptr<grpc::ServerCompletionQueue> queue);
-  ~Worker();
   // REQUIRES: every worker of the server has been joined (GetStats on any worker reads all
   // workers' stats shards).
+  ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   // ---- Any thread ----
-  // Starts the thread: pins it (and verifies the affinity), creates the engine context on it,
-  // posts the first request of every RPC, then runs the loop.
+  // Starts the thread, which runs Setup() and then Loop().
   void Start();
   // Blocks until the worker serves or has failed to start; returns why it failed.
   absl::Status WaitUntilReady();
@@ -111,36 +88,47 @@ class Worker {
   // The engine's stats shard; null until the worker is ready.
   const storage::StatsShard* stats() const { return stats_.load(std::memory_order_acquire); }
 
-  // ---- The worker's own thread (calls use these) ----
+  // ---- The thread that serves (the worker's own, or a test's that steps PollOnce) ----
+  // Pins the calling thread to the worker's CPU (and verifies it), creates the engine on it and
+  // posts the first request of every RPC. On failure the queue is shut down and drained, and the
+  // error names the cause and the fix. Either way WaitUntilReady() returns the result.
+  absl::Status Setup();
+
+  enum class Turn : uint8_t {
+    kBusy,     // found work: reads completed or admitted, results flushed, RPC events handled
+    kIdle,     // found nothing to do
+    kStopped,  // the queue is shut down and drained: the worker is done
+  };
+  // One loop turn: reap the engine, admit waiting reads, flush stream results, tell health
+  // watchers, and take up to a batch of events from gRPC's queue without blocking (when
+  // `poll_grpc`). Never blocks.
+  Turn PollOnce(bool poll_grpc = true);
+  // The spin/block policy around PollOnce(): spins while reads are in flight (looking at gRPC's
+  // queue only every few microseconds, since each look polls sockets), spins idle_spin_us more
+  // when idle, then blocks on gRPC's queue, since only a new RPC or a wake-up can make work.
+  void Loop();
+
   SharedState& shared() { return shared_; }
   storage::EngineContext& engine() { return *engine_; }
   grpc::ServerCompletionQueue* queue() { return queue_.get(); }
   WorkerCounters& mutable_counters() { return counters_; }
   // False once the queue is shutting down: calls must start no new operation on it.
   bool accepting_operations() const { return !queue_shut_down_; }
-  // Queues a read whose slots are busy. False when max_queued_reads are already waiting.
-  bool Defer(DeferredRead* read);
-  // Removes a queued read (its call was cancelled).
-  void Undefer(DeferredRead* read);
+  // Where reads wait for engine slots (bounded by max_queued_reads, round-robin across calls).
+  AdmissionQueue& admission() { return admission_; }
+  // The accept point: every RPC's request passes here before any per-method code runs.
+  // OK to go on; otherwise the status to answer with.
+  grpc::Status Accept(const Call& call, const grpc::ServerContext& context);
   void ScheduleFlush(Flushable* call) { flush_.push_back(call); }
   // Registers/unregisters an open grpc.health.v1 Watch call for health change notices.
   void AddWatcher(HealthWatcher* watcher) { watchers_.push_back(watcher); }
   void RemoveWatcher(HealthWatcher* watcher);
 
-  // Event numbers of the worker's own tags.
-  static constexpr uint8_t kWakeEvent = 0;
-
  private:
-  class WakeTarget : public Call {
-   public:
-    void OnEvent(uint8_t, bool) override {}
-  };
-
   void Run();
-  void Loop();
   void SetWakeAlarm();  // REQUIRES: alarms_mu_ held
+  void ShutDownQueue();
   void Dispatch(void* tag, bool ok);
-  int RetryDeferred();
   void NotifyWatchersIfHealthChanged();
 
   const int index_;
@@ -156,15 +144,18 @@ class Worker {
   std::promise<absl::Status> ready_;
   std::shared_future<absl::Status> ready_future_ = ready_.get_future().share();
   std::atomic<bool> stop_requested_{false};
-  // Written by the worker thread under alarms_mu_; read by it freely, by others under the lock.
+  // Written by the serving thread under alarms_mu_; read by it freely, by others under the lock.
   bool queue_shut_down_ = false;
-  std::deque<DeferredRead*> deferred_;
+  bool queue_drained_ = false;
+  AdmissionQueue admission_;
   std::vector<Flushable*> flush_;
+  std::vector<Flushable*> flushing_;  // reused each turn
   std::vector<HealthWatcher*> watchers_;
   int last_health_seen_ = -1;  // health * 2 + stopping
+  uint64_t last_grpc_look_ns_ = 0;
 
-  WakeTarget wake_target_;
-  CallTag wake_tag_{&wake_target_, kWakeEvent};
+  // The wake-up alarm's tag: not a call; Dispatch recognizes it.
+  CallTag wake_tag_{nullptr, 0};
   std::mutex alarms_mu_;
   std::vector<std::unique_ptr<grpc::Alarm>> alarms_;  // guarded by alarms_mu_
 };

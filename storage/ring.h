@@ -19,7 +19,8 @@ class Ring {
  public:
   struct Options {
     unsigned sq_entries = 256;
-    unsigned cq_entries = 4096;  // room for every read in flight, so the CQ never overflows
+    // The owner keeps at most this many I/Os in flight, so the CQ never overflows.
+    unsigned cq_entries = 4096;
     PollMode mode = PollMode::kInterrupt;
   };
 
@@ -40,16 +41,12 @@ class Ring {
 
   // Queues a READ_FIXED of `length` bytes at `offset` of registered file `file_index` into
   // `buffer` (inside registered buffer `buffer_index`); `user_data` comes back in the CQE. Not
-  // submitted until Submit(); if the SQ is full the queued SQEs are submitted first.
-  // Returns false only if the kernel refused that submission.
-  bool QueueRead(int file_index, void* buffer, unsigned length, uint64_t offset, int buffer_index,
-                 uint64_t user_data) {
+  // submitted until Submit(). Returns false, queuing nothing, when the SQ ring is full: Submit()
+  // and try again.
+  bool TryQueueRead(int file_index, void* buffer, unsigned length, uint64_t offset,
+                    int buffer_index, uint64_t user_data) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    if (sqe == nullptr) {
-      if (io_uring_submit(&ring_) < 0) return false;
-      sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) return false;
-    }
+    if (sqe == nullptr) return false;
     io_uring_prep_read_fixed(sqe, file_index, buffer, length, offset, buffer_index);
     sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, user_data);
@@ -58,7 +55,8 @@ class Ring {
   }
 
   // Submits everything queued with one io_uring_enter (nothing if nothing is queued).
-  // Returns the number submitted or a negative errno.
+  // Returns the number submitted or a negative errno; on -EAGAIN/-EBUSY (the kernel pushing back)
+  // the SQEs stay in the SQ ring and the next Submit() sends them.
   int Submit() { return io_uring_sq_ready(&ring_) == 0 ? 0 : io_uring_submit(&ring_); }
 
   // Calls on_cqe(user_data, res) for every completion available now, without blocking.

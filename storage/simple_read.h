@@ -1,5 +1,6 @@
-// The simple path's eligibility check: iomap_dio_simple_supported() of the seeds. Everything here
-// is inline, takes no lock and makes no virtual call, so the compiler folds it into the dispatcher.
+// The simple path: iomap_dio_simple_supported() of the seeds (the eligibility check, inline, no
+// lock, no virtual call, so the compiler folds it into the dispatcher) and, in simple_read.cc,
+// filling a preallocated slot with its one piece (EngineContext::StartSimple).
 #ifndef BLOCKREAD_STORAGE_SIMPLE_READ_H_
 #define BLOCKREAD_STORAGE_SIMPLE_READ_H_
 
@@ -12,9 +13,10 @@ namespace blockread::storage {
 
 // Decides whether [offset, offset + length) of `map` can be read with one I/O straight into one
 // small registered buffer: at most simple_max_bytes, aligned to the file's block size, inside the
-// file, within one MAPPED extent, not on the file route. Returns true and the covering extent, or
-// false and why not (the fallback is not an error: the generic path serves the read).
-// REQUIRES: length > 0 and offset < map.size() (the dispatcher validated the request).
+// file, within one MAPPED extent. A file-route file is one MAPPED extent at identity offsets on its
+// own descriptor, so its small aligned reads are one I/O and qualify too. Returns true and the
+// covering extent, or false and why not (the fallback is not an error: the generic path serves the
+// read). REQUIRES: length > 0 and offset < map.size() (the dispatcher validated the request).
 inline bool SimpleReadEligible(const FileMap& map, uint64_t offset, uint64_t length,
                                uint64_t simple_max_bytes, Extent* extent, FallbackReason* reason) {
   if (simple_max_bytes == 0) {
@@ -23,10 +25,6 @@ inline bool SimpleReadEligible(const FileMap& map, uint64_t offset, uint64_t len
   }
   if (length > simple_max_bytes) {
     *reason = FallbackReason::kTooLarge;
-    return false;
-  }
-  if (map.source() == FileSource::kFileRoute) {
-    *reason = FallbackReason::kFileRoute;
     return false;
   }
   const uint64_t block_mask = map.block_size() - 1;

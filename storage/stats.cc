@@ -26,6 +26,10 @@ const char* FallbackReasonName(FallbackReason reason) {
   return "unknown";
 }
 
+const char* BackendKindName(BackendKind kind) {
+  return kind == BackendKind::kUringIoPoll ? "io_uring_iopoll" : "io_uring";
+}
+
 const char* PollModeName(PollMode mode) {
   return mode == PollMode::kIoPoll ? "iopoll" : "interrupt";
 }
@@ -67,7 +71,8 @@ void StatsSnapshot::Add(const StatsShard& shard) {
     out.bytes += in.bytes.Load();
     out.errors += in.errors.Load();
     out.inflight += in.inflight.Load();
-    out.workers_by_poll_mode[in.poll_mode.Load() == 1 ? 1 : 0] += 1;
+    const uint64_t backend = in.backend.Load();
+    if (backend < kBackendKindCount) out.workers_by_backend[backend] += 1;
   }
 }
 

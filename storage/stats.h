@@ -43,6 +43,15 @@ enum class PollMode : uint8_t {
 };
 const char* PollModeName(PollMode mode);
 
+// Which row of the I/O backend table (storage/io_backend.h) serves a device on a worker.
+enum class BackendKind : uint8_t {
+  kUringInterrupt = 0,  // io_uring; completions found by spinning on the CQ ring
+  kUringIoPoll = 1,     // io_uring with IORING_SETUP_IOPOLL; the kernel polls the device
+};
+inline constexpr int kBackendKindCount = 2;
+// The backend's name in GetStats and /metrics: "io_uring", "io_uring_iopoll".
+const char* BackendKindName(BackendKind kind);
+
 // The stages a read's time is split into. The caller of StartRead says when the read arrived
 // (for the server: when the RPC message was received), so queueing in front of the engine counts.
 struct PathStats {
@@ -55,11 +64,11 @@ struct PathStats {
 };
 
 struct DeviceStats {
-  Counter reads;      // I/Os (SQEs) completed
-  Counter bytes;      // bytes read from the device
-  Counter errors;     // I/Os that failed
-  Counter inflight;   // I/Os submitted and not yet reaped (a gauge)
-  Counter poll_mode;  // a PollMode, as set by the worker's ring setup
+  Counter reads;     // I/Os (SQEs) completed
+  Counter bytes;     // bytes read from the device
+  Counter errors;    // I/Os that failed
+  Counter inflight;  // I/Os submitted and not yet reaped (a gauge)
+  Counter backend;   // a BackendKind, as chosen by the worker's engine setup
 };
 
 // One worker's statistics. Written only by its worker thread; readable from any thread.
@@ -108,8 +117,8 @@ struct DeviceSnapshot {
   uint64_t bytes = 0;
   uint64_t errors = 0;
   uint64_t inflight = 0;
-  // Workers that reap this device in each PollMode.
-  std::array<uint64_t, 2> workers_by_poll_mode{};
+  // Workers that read this device through each BackendKind.
+  std::array<uint64_t, kBackendKindCount> workers_by_backend{};
 };
 
 // The merged view of any number of shards. Build it on any thread.

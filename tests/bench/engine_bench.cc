@@ -103,7 +103,9 @@ absl::StatusOr<RunResult> RunEngine(Catalog& catalog, uint64_t device_bytes, int
   for (uint64_t iteration = 0;; ++iteration) {
     while (started - loop.completed < static_cast<uint64_t>(qd) &&
            (number == 0 || started < static_cast<uint64_t>(number))) {
-      if (!e.StartRead("device", (random.Next() % blocks) * 4096, 4096, &OnDone, &loop).ok()) {
+      absl::Status refusal;
+      if (e.StartRead(storage::ReadRequest{"device", (random.Next() % blocks) * 4096, 4096, 0},
+                      &OnDone, &loop, &refusal) != storage::StartOutcome::kQueued) {
         ++loop.errors;
         ++loop.completed;
       }

@@ -34,7 +34,6 @@ std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offs
   if (offset >= map.size()) return FallbackReason::kBeyondEof;
   if (simple_max_bytes == 0) return FallbackReason::kDisabled;
   if (length > simple_max_bytes) return FallbackReason::kTooLarge;
-  if (map.source() == FileSource::kFileRoute) return FallbackReason::kFileRoute;
   if (offset % map.block_size() != 0 || length % map.block_size() != 0) {
     return FallbackReason::kUnaligned;
   }
@@ -208,9 +207,6 @@ TEST_P(ReadPathTest, RandomReadsMatchTheFilesystemOnBothPaths) {
         FallbackReason::kNotMapped, FallbackReason::kSpansExtents}) {
     EXPECT_GT(stats.fallback(reason), 0u) << FallbackReasonName(reason);
   }
-  if (GetParam() == FsType::kExt4) {
-    EXPECT_GT(stats.fallback(FallbackReason::kFileRoute), 0u);  // the inline-data file
-  }
 
   // simple=0: the same reads, all generic (reason "disabled"), the same bytes.
   EngineConfig disabled;
@@ -280,10 +276,10 @@ TEST_P(ReadPathTest, BusySlotsAreResourceExhaustedNotErrors) {
     ++*static_cast<int*>(context);
     return false;
   };
-  ASSERT_TRUE(engine->StartRead("big", 0, 4096, count, &done).ok());
-  ASSERT_TRUE(engine->StartRead("big", 4096, 4096, count, &done).ok());
-  absl::Status third = engine->StartRead("big", 8192, 4096, count, &done);
-  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  ASSERT_EQ(testing::StartRead(*engine, "big", 0, 4096, count, &done), StartOutcome::kQueued);
+  ASSERT_EQ(testing::StartRead(*engine, "big", 4096, 4096, count, &done), StartOutcome::kQueued);
+  // Busy is not an error: no status, nothing counted.
+  EXPECT_EQ(testing::StartRead(*engine, "big", 8192, 4096, count, &done), StartOutcome::kBusy);
   while (engine->reads_in_flight() > 0) engine->PollOnce();
   EXPECT_EQ(done, 2);
   // Retried with the time it first arrived: the wait shows as the queue stage.
@@ -297,7 +293,8 @@ TEST_P(ReadPathTest, BusySlotsAreResourceExhaustedNotErrors) {
     static_cast<Timed*>(context)->done = true;
     return false;
   };
-  ASSERT_TRUE(engine->StartRead("big", 8192, 4096, record, &timed, arrival_ns).ok());
+  ASSERT_EQ(testing::StartRead(*engine, "big", 8192, 4096, record, &timed, arrival_ns),
+            StartOutcome::kQueued);
   while (!timed.done) engine->PollOnce();
   EXPECT_GE(timed.result.queue_ns, 5'000'000u);
   EXPECT_GE(timed.result.total_ns, timed.result.queue_ns + timed.result.device_ns);
@@ -320,7 +317,7 @@ TEST_P(ReadPathTest, RetainedBufferStaysValidUntilReleased) {
     k->done = true;
     return true;
   };
-  ASSERT_TRUE(engine->StartRead("big", 65536, 4096, keep, &kept).ok());
+  ASSERT_EQ(testing::StartRead(*engine, "big", 65536, 4096, keep, &kept), StartOutcome::kQueued);
   while (!kept.done) engine->PollOnce();
   const std::vector<char> copy(kept.result.data, kept.result.data + kept.result.length);
   // More reads meanwhile must not reuse the kept buffer.
@@ -338,11 +335,12 @@ TEST_P(ReadPathTest, IoPollProbeDemotesDevicesWithoutPollQueues) {
   auto engine = MakeEngine(config);
   ASSERT_NE(engine, nullptr);
   for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
-    EXPECT_EQ(engine->poll_mode(id), PollMode::kInterrupt) << catalog_.device(id).path();
+    EXPECT_EQ(engine->backend(id), BackendKind::kUringInterrupt) << catalog_.device(id).path();
   }
   StatsSnapshot stats;
   stats.Add(engine->stats());
-  EXPECT_EQ(stats.devices[0].workers_by_poll_mode[0], 1u);
+  EXPECT_EQ(stats.devices[0].workers_by_backend[static_cast<int>(BackendKind::kUringInterrupt)],
+            1u);
   CompletedRead read = ReadOnce(*engine, "big", 0, 4096);
   EXPECT_TRUE(read.status.ok()) << read.status;
   EXPECT_TRUE(read.data == *testing::ReadFileRange(root_ + "/big", 0, 4096));

@@ -106,7 +106,9 @@ uint64_t CountAllocationsOfSimpleReads(EngineContext& engine, const std::string&
       x ^= x << 13;
       x ^= x >> 7;
       x ^= x << 17;
-      if (!engine.StartRead(file, (x % file_blocks) * 4096, 4096, &CountDone, &tally).ok()) {
+      absl::Status refusal;
+      if (engine.StartRead(storage::ReadRequest{file, (x % file_blocks) * 4096, 4096, 0},
+                           &CountDone, &tally, &refusal) != storage::StartOutcome::kQueued) {
         ++tally.errors;
       }
       ++started;

@@ -25,14 +25,16 @@ std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
   while (finished < requests.size()) {
     while (next < requests.size() && in_flight < queue_depth) {
       const ReadRequest& r = requests[next];
-      absl::Status started =
-          engine.StartRead(r.file, r.offset, r.length, &RecordResult, &results[next]);
-      if (absl::IsResourceExhausted(started)) break;  // poll, then retry this one
-      if (started.ok()) {
+      absl::Status refusal;
+      const storage::StartOutcome outcome =
+          engine.StartRead(storage::ReadRequest{r.file, r.offset, r.length, 0}, &RecordResult,
+                           &results[next], &refusal);
+      if (outcome == storage::StartOutcome::kBusy) break;  // poll, then retry this one
+      if (outcome == storage::StartOutcome::kQueued) {
         results[next].started = true;
         ++in_flight;
       } else {
-        results[next].status = started;
+        results[next].status = refusal;
         results[next].done = true;
         ++finished;
       }
@@ -43,6 +45,14 @@ std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
     finished += static_cast<size_t>(reaped);
   }
   return results;
+}
+
+storage::StartOutcome StartRead(storage::EngineContext& engine, const std::string& file,
+                                uint64_t offset, uint64_t length, storage::ReadDoneFn done,
+                                void* context, uint64_t arrival_ns, absl::Status* refusal) {
+  absl::Status ignored;
+  return engine.StartRead(storage::ReadRequest{file, offset, length, arrival_ns}, done, context,
+                          refusal != nullptr ? refusal : &ignored);
 }
 
 CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,

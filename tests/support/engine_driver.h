@@ -27,10 +27,16 @@ struct CompletedRead {
   bool done = false;
 };
 
-// Runs `requests` with at most `queue_depth` in flight (StartRead errors other than
-// RESOURCE_EXHAUSTED are recorded as the result). Returns results in request order.
+// Runs `requests` with at most `queue_depth` in flight (StartRead refusals are recorded as the
+// result; a busy engine is polled and asked again). Returns results in request order.
 std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
                                     const std::vector<ReadRequest>& requests, int queue_depth);
+
+// StartRead with the request spelled out, for tests that drive the engine by hand.
+storage::StartOutcome StartRead(storage::EngineContext& engine, const std::string& file,
+                                uint64_t offset, uint64_t length, storage::ReadDoneFn done,
+                                void* context, uint64_t arrival_ns = 0,
+                                absl::Status* refusal = nullptr);
 
 // One read, synchronously.
 CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,

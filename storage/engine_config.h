@@ -1,0 +1,40 @@
+// The engine's settings: one EngineConfig per server, shared by every worker's EngineContext.
+#ifndef BLOCKREAD_STORAGE_ENGINE_CONFIG_H_
+#define BLOCKREAD_STORAGE_ENGINE_CONFIG_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace blockread::storage {
+
+// The member initializers are the defaults, for the engine and the server alike (the server's
+// config and --help take them from here).
+struct EngineConfig {
+  // Largest read the simple path takes; 0 disables it (the seeds' simple=0 A/B switch).
+  uint64_t simple_max_bytes = 4096;
+  // Largest read accepted at all (INVALID_ARGUMENT above it).
+  uint64_t max_read_bytes = 1 << 20;
+  // The generic path splits mapped runs into I/Os of at most this many bytes (multiple of 4096).
+  uint64_t max_io_bytes = 256 << 10;
+  // Reads in flight per worker on each path; each slot owns a registered buffer (simple:
+  // simple_max_bytes, generic: max_read_bytes plus alignment), so these size the pinned memory.
+  uint32_t simple_slots = 256;
+  uint32_t generic_slots = 16;
+  // Submission queue entries of each io_uring.
+  uint32_t ring_entries = 256;
+  // Probe IORING_SETUP_IOPOLL even on devices whose sysfs io_poll is 0. For tests and diagnosis:
+  // it shows the EOPNOTSUPP demotion on devices without poll queues.
+  bool probe_iopoll_on_all_devices = false;
+
+  // Checks the limits and their relations; the error names the setting.
+  absl::Status Validate() const;
+};
+
+// Checks what can be checked without the file: length in 1..max_read_bytes, no 64-bit overflow.
+// INVALID_ARGUMENT naming the limit otherwise.
+absl::Status ValidateReadRange(const EngineConfig& config, uint64_t offset, uint64_t length);
+
+}  // namespace blockread::storage
+
+#endif  // BLOCKREAD_STORAGE_ENGINE_CONFIG_H_
