@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/labels.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/wire/labels.h"
 #include "server/info_calls.h"
 #include "server/worker.h"
 
@@ -146,7 +146,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "device (slot to last I/O completion), total (arrival to completion).",
                           MetricType::Histogram);
   for (const v1::PathStats& path : stats.paths()) {
-    const std::string label = client::PathLabel(path.path());
+    const std::string label = wire::PathLabel(path.path());
     reads.Counter({{"path", label}}, static_cast<double>(path.reads()));
     bytes.Counter({{"path", label}}, static_cast<double>(path.bytes()));
     for (const v1::ErrorCount& error : path.errors_by_code()) {
@@ -168,7 +168,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "the simple one.",
                           MetricType::Counter);
   for (const v1::FallbackCount& fallback : stats.fallbacks()) {
-    fallbacks.Counter({{"reason", client::FallbackLabel(fallback.reason())}},
+    fallbacks.Counter({{"reason", wire::FallbackLabel(fallback.reason())}},
                       static_cast<double>(fallback.count()));
   }
 

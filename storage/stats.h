@@ -10,9 +10,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "storage/latency_histogram.h"
+#include "proto/wire/latency_histogram.h"
 
 namespace blockread::storage {
+
+// The engine counts with the wire library's single-writer counters and histograms: their bucket
+// layout is what GetStats sends.
+using wire::Counter;
+using wire::HistogramSnapshot;
+using wire::LatencyBuckets;
+using wire::LatencyHistogram;
 
 // Which path served a read.
 enum class ReadPathKind : uint8_t { kSimple = 0, kGeneric = 1 };

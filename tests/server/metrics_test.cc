@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
-#include "client/labels.h"
 #include "gtest/gtest.h"
+#include "proto/wire/labels.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/server_process.h"
@@ -175,7 +175,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
     const uint64_t length = r.file == "hello.txt" ? hello->size() : r.length;
     (r.path == v1::SIMPLE ? simple : generic) += r.times;
     (r.path == v1::SIMPLE ? simple_bytes : generic_bytes) += r.times * length;
-    if (r.path == v1::GENERIC) fallbacks[client::FallbackLabel(r.fallback)] += r.times;
+    if (r.path == v1::GENERIC) fallbacks[wire::FallbackLabel(r.fallback)] += r.times;
     device_ios += static_cast<uint64_t>(r.times * r.device_ios);
   }
   EXPECT_EQ(Delta(after, before, "blockread_reads_total", {{"path", "simple"}}), simple);
@@ -184,7 +184,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "generic"}}),
             generic_bytes);
   for (int r = v1::FALLBACK_DISABLED; r <= v1::FALLBACK_FILE_ROUTE; ++r) {
-    const std::string reason = client::FallbackLabel(static_cast<v1::FallbackReason>(r));
+    const std::string reason = wire::FallbackLabel(r);
     EXPECT_EQ(Delta(after, before, "blockread_fallbacks_total", {{"reason", reason}}),
               fallbacks[reason])
         << reason;
