@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/wire/labels.h"
 #include "server/info_calls.h"
+#include "server/proto_conversions.h"
 #include "server/worker.h"
 
 namespace blockread::server {
@@ -190,8 +191,10 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
     device_bytes.Counter({name}, static_cast<double>(device.bytes()));
     device_errors.Counter({name}, static_cast<double>(device.errors()));
     device_inflight.Gauge({name}, static_cast<double>(device.inflight()));
-    poll_mode.Gauge({name, {"mode", "iopoll"}}, device.iopoll_workers());
-    poll_mode.Gauge({name, {"mode", "interrupt"}}, device.interrupt_workers());
+    poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kIoPoll)}},
+                    device.iopoll_workers());
+    poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kInterrupt)}},
+                    device.interrupt_workers());
   }
 
   FamilyBuilder rpcs(out, "blockread_rpcs_total", "RPCs finished, by method and status code.",

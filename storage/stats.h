@@ -48,6 +48,7 @@ enum class PollMode : uint8_t {
   kInterrupt = 0,  // interrupt-driven ring; completions reaped by spinning on the CQ ring
   kIoPoll = 1,     // IORING_SETUP_IOPOLL ring; the kernel polls the device's poll queues
 };
+inline constexpr int kPollModeCount = 2;
 const char* PollModeName(PollMode mode);
 
 // The stages a read's time is split into. The caller of StartRead says when the read arrived
@@ -116,7 +117,7 @@ struct DeviceSnapshot {
   uint64_t errors = 0;
   uint64_t inflight = 0;
   // Workers that reap this device in each PollMode.
-  std::array<uint64_t, 2> workers_by_poll_mode{};
+  std::array<uint64_t, kPollModeCount> workers_by_poll_mode{};
 };
 
 // The merged view of any number of shards. Build it on any thread.
