@@ -14,14 +14,16 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/blockread_client.h"
-#include "client/crc32c.h"
 #include "client/load.h"
 #include "client/load_cli.h"
 #include "client/stats_view.h"
 #include "client/units.h"
+#include "proto/wire/crc32c.h"
+#include "proto/wire/labels.h"
 
 namespace blockread::client {
 namespace {
@@ -166,7 +168,7 @@ int Main(int argc, char** argv) {
     auto response = client->Read(file, offset, length, want_crc);
     if (!response.ok()) return Fail(response.status(), target);
     if (want_crc) {
-      const uint32_t crc = Crc32c(response->data().data(), response->data().size());
+      const uint32_t crc = wire::Crc32c(response->data().data(), response->data().size());
       if (!response->has_crc32c() || response->crc32c() != crc) {
         fprintf(stderr, "blockread: CRC32C mismatch: server %08x, received data %08x\n",
                 response->crc32c(), crc);
@@ -185,11 +187,11 @@ int Main(int argc, char** argv) {
       }
     }
     fprintf(stderr, "read %zu bytes via the %s path (server %.1f us: queue %.1f, device %.1f)%s\n",
-            response->data().size(), PathLabel(response->path()).c_str(),
+            response->data().size(), wire::PathLabel(response->path()),
             response->timing().total_ns() / 1e3, response->timing().queue_ns() / 1e3,
             response->timing().device_ns() / 1e3,
             response->fallback() != v1::FALLBACK_NONE
-                ? (" fallback " + FallbackLabel(response->fallback())).c_str()
+                ? absl::StrCat(" fallback ", wire::FallbackLabel(response->fallback())).c_str()
                 : "");
     return 0;
   }

@@ -17,15 +17,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/blockread_client.h"
-#include "client/crc32c.h"
 #include "client/stats_view.h"
 #include "client/units.h"
-#include "storage/clock.h"
+#include "proto/wire/crc32c.h"
+#include "proto/wire/labels.h"
 
 namespace blockread::client {
 namespace {
 
-using storage::MonotonicNowNs;
+// The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
+uint64_t MonotonicNowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 struct FileTarget {
   std::string name;
@@ -35,9 +40,9 @@ struct FileTarget {
 // What one thread records. Counters and the histogram are single-writer atomics, so the progress
 // line can read them while the thread runs.
 struct ThreadStats {
-  storage::Counter issued, returned, reads, bytes;
-  storage::LatencyHistogram latency_ns;  // counted (post-ramp, in-interval) successful reads
-  storage::Counter queue_ns, device_ns, server_ns;
+  wire::Counter issued, returned, reads, bytes;
+  wire::LatencyHistogram latency_ns;  // counted (post-ramp, in-interval) successful reads
+  wire::Counter queue_ns, device_ns, server_ns;
   std::map<std::string, uint64_t> errors;  // read after the thread ends
 };
 
@@ -104,7 +109,7 @@ bool Verify(Run& run, const FileTarget& file, uint64_t offset, const std::string
           expected.size());
     }
   } else {
-    const uint32_t actual = Crc32c(data.data(), data.size());
+    const uint32_t actual = wire::Crc32c(data.data(), data.size());
     if (!has_crc || actual != crc) {
       failure = absl::StrFormat(
           "verify: %s at offset %u: CRC32C of the %u bytes received is %08x, the server sent "
@@ -291,9 +296,9 @@ std::string FormatUs(double ns) {
 absl::Status AddStats(const v1::GetStatsResponse& stats, int sign,
                       std::map<std::string, uint64_t>& paths,
                       std::map<std::string, uint64_t>& fallbacks) {
-  for (const v1::PathStats& p : stats.paths()) paths[PathLabel(p.path())] += sign * p.reads();
+  for (const v1::PathStats& p : stats.paths()) paths[wire::PathLabel(p.path())] += sign * p.reads();
   for (const v1::FallbackCount& f : stats.fallbacks()) {
-    fallbacks[FallbackLabel(f.reason())] += sign * f.count();
+    fallbacks[wire::FallbackLabel(f.reason())] += sign * f.count();
   }
   return absl::OkStatus();
 }
@@ -395,7 +400,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
         uint64_t reads = 0, bytes = 0;
-        storage::HistogramSnapshot latency;
+        wire::HistogramSnapshot latency;
         for (auto& s : stats) {
           reads += s->reads.Load();
           bytes += s->bytes.Load();
@@ -446,7 +451,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
 }
 
 std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
-  const storage::HistogramSnapshot& l = r.latency_ns;
+  const wire::HistogramSnapshot& l = r.latency_ns;
   std::string out = absl::StrFormat(
       "%s %s bs=%s qd=%d threads=%d channels=%d%s: %.0f IOPS, %s/s, %u reads in %.2fs\n",
       o.sequential ? "read" : "randread", o.stream ? "stream" : "unary",
@@ -479,7 +484,7 @@ std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
 }
 
 std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
-  const storage::HistogramSnapshot& l = r.latency_ns;
+  const wire::HistogramSnapshot& l = r.latency_ns;
   nlohmann::json out;
   out["options"] = {{"rw", o.sequential ? "read" : "randread"},
                     {"mode", o.stream ? "stream" : "unary"},

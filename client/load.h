@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/latency_histogram.h"
+#include "proto/wire/latency_histogram.h"
 
 namespace blockread::client {
 
@@ -43,7 +43,7 @@ struct LoadResult {
   uint64_t issued = 0;                     // reads sent in total (ramp included)
   uint64_t returned = 0;                   // reads answered in total, successfully or not
   std::map<std::string, uint64_t> errors;  // by status code name, whole run
-  storage::HistogramSnapshot latency_ns;   // client-observed, successful reads in the interval
+  wire::HistogramSnapshot latency_ns;      // client-observed, successful reads in the interval
   // Means over the interval's successful reads, from the server timing in each response.
   double server_queue_us = 0, server_device_us = 0, server_total_us = 0;
   // Server per-path stats over the run (GetStats after - before, summed over targets).

@@ -5,12 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/units.h"
+#include "proto/wire/labels.h"
 
 namespace blockread::client {
 namespace {
 
-using storage::HistogramSnapshot;
-using storage::LatencyBuckets;
+using wire::HistogramSnapshot;
+using wire::LatencyBuckets;
 
 HistogramSnapshot Minus(HistogramSnapshot now, const HistogramSnapshot& before) {
   for (int i = 0; i < LatencyBuckets::kCount; ++i) now.buckets[i] -= before.buckets[i];
@@ -92,7 +93,7 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
         Percentiles(Minus(ToSnapshot(p.device_latency()), ToSnapshot(base.device_latency())));
     latency["total"] =
         Percentiles(Minus(ToSnapshot(p.total_latency()), ToSnapshot(base.total_latency())));
-    out["paths"][PathLabel(p.path())] = {
+    out["paths"][wire::PathLabel(p.path())] = {
         {"reads", p.reads()},
         {"bytes", p.bytes()},
         {"errors", p.errors()},
@@ -108,8 +109,9 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
     for (const v1::FallbackCount& f : before->fallbacks()) old_fallbacks[f.reason()] = f.count();
   }
   for (const v1::FallbackCount& f : now.fallbacks()) {
-    out["fallbacks"][FallbackLabel(f.reason())] = f.count();
-    out["fallbacks_interval"][FallbackLabel(f.reason())] = f.count() - old_fallbacks[f.reason()];
+    out["fallbacks"][wire::FallbackLabel(f.reason())] = f.count();
+    out["fallbacks_interval"][wire::FallbackLabel(f.reason())] =
+        f.count() - old_fallbacks[f.reason()];
   }
   out["rejected"] = ErrorCounts(now.rejected());
   out["devices"] = nlohmann::json::array();

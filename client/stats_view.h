@@ -8,13 +8,12 @@
 #include <string>
 
 #include "blockread/v1/blockread.pb.h"
-#include "client/labels.h"
-#include "storage/latency_histogram.h"
+#include "proto/wire/latency_histogram.h"
 
 namespace blockread::client {
 
-// The server's histogram as the engine's bucket array (same bucket layout).
-storage::HistogramSnapshot ToSnapshot(const v1::Histogram& histogram);
+// The server's histogram as a bucket array of the same layout.
+wire::HistogramSnapshot ToSnapshot(const v1::Histogram& histogram);
 
 // `before` may be null: then the interval is the server's uptime (rates since start). When
 // given, it must be an earlier response of the same server (a restart shows as counters going

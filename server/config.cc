@@ -22,8 +22,8 @@ ABSL_FLAG(std::optional<std::string>, config, std::nullopt,
           "Config file (textproto, blockread.v1.ServerConfig) with any of the settings below; "
           "flags given on the command line override it.");
 ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
-          "ADDR:PORT to serve on (default 127.0.0.1:7420; port 0 picks a free port, printed at "
-          "startup).");
+          absl::StrCat("ADDR:PORT to serve on (default ", blockread::server::kDefaultListen,
+                       "; port 0 picks a free port, printed at startup)."));
 ABSL_FLAG(std::optional<std::vector<std::string>>, serve_files, std::nullopt,
           "Comma-separated files or directories on mounted ext4/XFS filesystems, imported with "
           "FIEMAP and served under their path relative to the given root (a file: its base "
@@ -37,34 +37,47 @@ ABSL_FLAG(std::optional<std::string>, cpus, std::nullopt,
           "CPUs for the workers, one pinned worker each, e.g. 0-3,6 (default: every CPU in the "
           "process's affinity mask, so a container's cpuset just works).");
 ABSL_FLAG(std::optional<uint64_t>, simple_max_bytes, std::nullopt,
-          "Largest read on the simple path (default 4096); 0 turns the simple path off.");
+          absl::StrCat("Largest read on the simple path (default ",
+                       blockread::server::kEngineDefaults.simple_max_bytes,
+                       "); 0 turns the simple path off."));
 ABSL_FLAG(std::optional<uint64_t>, max_read_bytes, std::nullopt,
-          "Largest read accepted (default 1048576); larger ones get INVALID_ARGUMENT.");
+          absl::StrCat("Largest read accepted (default ",
+                       blockread::server::kEngineDefaults.max_read_bytes,
+                       "); larger ones get INVALID_ARGUMENT."));
 ABSL_FLAG(std::optional<uint64_t>, max_io_bytes, std::nullopt,
-          "Largest single device I/O of the generic path (default 262144).");
+          absl::StrCat("Largest single device I/O of the generic path (default ",
+                       blockread::server::kEngineDefaults.max_io_bytes, ")."));
 ABSL_FLAG(std::optional<std::string>, data_dir, std::nullopt,
-          "Where the embedded demo device is created when no source is given (default "
-          "./blockread-data).");
+          absl::StrCat("Where the embedded demo device is created when no source is given "
+                       "(default ",
+                       blockread::server::kDefaultDataDir, ")."));
 ABSL_FLAG(std::optional<uint32_t>, idle_spin_us, std::nullopt,
-          "With no reads in flight, a worker spins this many microseconds before it blocks on "
-          "its queue (default 50). Workers always spin while reads are in flight.");
+          absl::StrCat("With no reads in flight, a worker spins this many microseconds before it "
+                       "blocks on its queue (default ",
+                       blockread::server::kDefaultIdleSpinUs,
+                       "). Workers always spin while reads are in flight."));
 ABSL_FLAG(std::optional<bool>, reflection, std::nullopt,
           "Serve gRPC server reflection, so grpcurl-style tools can list the API (default off).");
 ABSL_FLAG(std::optional<uint32_t>, simple_slots, std::nullopt,
-          "Simple-path reads in flight per worker (default 256).");
+          absl::StrCat("Simple-path reads in flight per worker (default ",
+                       blockread::server::kEngineDefaults.simple_slots, ")."));
 ABSL_FLAG(std::optional<uint32_t>, generic_slots, std::nullopt,
-          "Generic-path reads in flight per worker; each pins a max_read_bytes buffer "
-          "(default 16).");
+          absl::StrCat("Generic-path reads in flight per worker; each pins a max_read_bytes "
+                       "buffer (default ",
+                       blockread::server::kEngineDefaults.generic_slots, ")."));
 ABSL_FLAG(std::optional<uint32_t>, max_queued_reads, std::nullopt,
-          "Reads a worker holds while its slots are busy before answering RESOURCE_EXHAUSTED "
-          "(default 4096).");
+          absl::StrCat("Reads a worker holds while its slots are busy before answering "
+                       "RESOURCE_EXHAUSTED (default ",
+                       blockread::server::kDefaultMaxQueuedReads, ")."));
 ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
-          "On SIGTERM/SIGINT, how long in-flight RPCs may take to finish (default 10000).");
+          absl::StrCat("On SIGTERM/SIGINT, how long in-flight RPCs may take to finish (default ",
+                       blockread::server::kDefaultShutdownGraceMs, ")."));
 ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
           "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
           "picks a free port, printed at startup.");
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
-          "HTTP/2 keepalive ping interval on idle connections (default 30000).");
+          absl::StrCat("HTTP/2 keepalive ping interval on idle connections (default ",
+                       blockread::server::kDefaultKeepaliveTimeMs, ")."));
 
 namespace blockread::server {
 namespace {
@@ -119,12 +132,12 @@ absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
 absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.listen().empty()) config.set_listen(kDefaultListen);
   if (config.data_dir().empty()) config.set_data_dir(kDefaultDataDir);
-  if (!config.has_simple_max_bytes()) config.set_simple_max_bytes(4096);
-  if (config.max_read_bytes() == 0) config.set_max_read_bytes(1 << 20);
-  if (config.max_io_bytes() == 0) config.set_max_io_bytes(256 << 10);
+  if (!config.has_simple_max_bytes()) config.set_simple_max_bytes(kEngineDefaults.simple_max_bytes);
+  if (config.max_read_bytes() == 0) config.set_max_read_bytes(kEngineDefaults.max_read_bytes);
+  if (config.max_io_bytes() == 0) config.set_max_io_bytes(kEngineDefaults.max_io_bytes);
   if (!config.has_idle_spin_us()) config.set_idle_spin_us(kDefaultIdleSpinUs);
-  if (config.simple_slots() == 0) config.set_simple_slots(256);
-  if (config.generic_slots() == 0) config.set_generic_slots(16);
+  if (config.simple_slots() == 0) config.set_simple_slots(kEngineDefaults.simple_slots);
+  if (config.generic_slots() == 0) config.set_generic_slots(kEngineDefaults.generic_slots);
   if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
   if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
   if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);

@@ -11,7 +11,11 @@
 
 namespace blockread::server {
 
-// Defaults for fields left unset by both the file and the flags.
+// Defaults for fields left unset by both the file and the flags: the only place they are written
+// (the flags' help is formatted from them; server_config.proto refers to --help). The engine's
+// settings (simple_max_bytes, max_read_bytes, max_io_bytes, simple_slots, generic_slots) default
+// to storage::EngineConfig's own.
+inline constexpr storage::EngineConfig kEngineDefaults{};
 inline constexpr char kDefaultListen[] = "127.0.0.1:7420";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:7421";
 inline constexpr char kDefaultDataDir[] = "./blockread-data";

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "storage/log.h"
 #include "storage/manifest.h"
+#include "storage/posix_status.h"
 
 namespace blockread::server {
 namespace {
@@ -62,12 +65,11 @@ constexpr char kHello[] =
 
 absl::Status WriteDevice(const std::string& path) {
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", strerror(errno)));
+  if (fd < 0) return storage::PosixError(errno, absl::StrCat("cannot create ", path));
   std::vector<char> chunk(kMiB);
   uint64_t x = 0x9E3779B97F4A7C15ULL;
-  bool ok = true;
-  for (uint64_t off = 0; off < kDeviceBytes && ok; off += kMiB) {
+  int error = 0;  // errno of the first failure; EIO for a short write, which sets none
+  for (uint64_t off = 0; off < kDeviceBytes && error == 0; off += kMiB) {
     for (size_t i = 0; i < chunk.size(); i += 8) {
       x ^= x << 13;
       x ^= x >> 7;
@@ -78,12 +80,12 @@ absl::Status WriteDevice(const std::string& path) {
       memset(chunk.data(), 0, 4 * kKiB);
       memcpy(chunk.data(), kHello, sizeof(kHello) - 1);
     }
-    ok = pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) ==
-         static_cast<ssize_t>(chunk.size());
+    const ssize_t written = pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off));
+    if (written != static_cast<ssize_t>(chunk.size())) error = written < 0 ? errno : EIO;
   }
-  ok = ok && fsync(fd) == 0;
+  if (error == 0 && fsync(fd) != 0) error = errno;
   close(fd);
-  if (!ok) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  if (error != 0) return storage::PosixError(error, absl::StrCat("cannot write ", path));
   return absl::OkStatus();
 }
 
@@ -122,8 +124,7 @@ absl::Status AddDemoData(const std::string& data_dir, storage::Catalog& catalog)
   std::error_code error;
   fs::create_directories(data_dir, error);
   if (error) {
-    return absl::InternalError(
-        absl::StrCat("--data-dir: cannot create ", data_dir, ": ", error.message()));
+    return storage::PosixError(error, absl::StrCat("--data-dir: cannot create ", data_dir));
   }
   const std::string device = fs::absolute(fs::path(data_dir) / "demo-device.img").string();
   const std::string manifest = (fs::path(data_dir) / "demo.manifest").string();

@@ -3,6 +3,7 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_stream.h>
 
+#include "server/status_mapping.h"
 #include "server/unary_call.h"
 
 namespace blockread::server {
@@ -19,7 +20,7 @@ bool IsKnownService(const std::string& service) {
 grpc::Status Check(Worker& worker, const HealthCheckRequest& request,
                    HealthCheckResponse* response) {
   if (!IsKnownService(request.service())) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service: " + request.service());
+    return ToGrpcStatus(absl::NotFoundError("unknown service: " + request.service()));
   }
   response->set_status(static_cast<HealthCheckResponse::ServingStatus>(
       worker.shared().health.load(std::memory_order_acquire)));
@@ -96,7 +97,7 @@ class WatchCall final : public Call, public HealthWatcher {
     if (last_sent_ != current) {
       Send(current);
     } else if (shared.stopping.load() && current == HealthCheckResponse::NOT_SERVING) {
-      FinishWith(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+      FinishWith(ToGrpcStatus(absl::UnavailableError("server shutting down")));
     }
   }
 

@@ -39,7 +39,7 @@ void ErrorCountsToProto(const storage::ErrorCountsSnapshot& in,
   for (int code = 0; code < storage::kStatusCodeCount; ++code) {
     if (in[code] == 0) continue;
     v1::ErrorCount* count = out->Add();
-    count->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+    count->set_code(StatusCodeName(static_cast<absl::StatusCode>(code)));
     count->set_count(in[code]);
   }
 }
@@ -103,8 +103,6 @@ std::string DescribeDecision(const storage::FileMap& map, const storage::PathDec
       return "generic: the range is a hole or unwritten extent (read as zeros)";
     case FallbackReason::kSpansExtents:
       return "generic: the range crosses an extent boundary";
-    case FallbackReason::kFileRoute:
-      return "generic: the file is served through the file itself";
   }
   return "generic";
 }
@@ -189,7 +187,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       if (rpcs[method][code] == 0) continue;
       v1::RpcCount* rpc = response.add_rpcs();
       rpc->set_method(RpcMethodName(static_cast<RpcMethod>(method)));
-      rpc->set_code(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+      rpc->set_code(StatusCodeName(static_cast<absl::StatusCode>(code)));
       rpc->set_count(rpcs[method][code]);
     }
   }
@@ -222,20 +220,30 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       out->set_bytes(in.bytes);
       out->set_errors(in.errors);
       out->set_inflight(in.inflight);
-      const uint64_t interrupt =
-          in.workers_by_backend[static_cast<int>(storage::BackendKind::kUringInterrupt)];
-      const uint64_t iopoll =
-          in.workers_by_backend[static_cast<int>(storage::BackendKind::kUringIoPoll)];
-      out->set_poll_mode(iopoll == 0 ? "interrupt" : interrupt == 0 ? "iopoll" : "mixed");
-      out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
-      out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
+      uint64_t by_mode[storage::kPollModeCount] = {};
+      uint64_t workers = 0;
       const char* backend = "mixed";
       for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
-        if (in.workers_by_backend[kind] == interrupt + iopoll) {
-          backend = storage::BackendKindName(static_cast<storage::BackendKind>(kind));
+        const auto backend_kind = static_cast<storage::BackendKind>(kind);
+        const uint64_t count = in.workers_by_backend[kind];
+        (*out->mutable_backend_workers())[BackendLabel(backend_kind)] =
+            static_cast<uint32_t>(count);
+        by_mode[static_cast<int>(PollModeOf(backend_kind))] += count;
+        workers += count;
+      }
+      for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
+        if (workers > 0 && in.workers_by_backend[kind] == workers) {
+          backend = BackendLabel(static_cast<storage::BackendKind>(kind));
         }
       }
       out->set_backend(backend);
+      const uint64_t interrupt = by_mode[static_cast<int>(storage::PollMode::kInterrupt)];
+      const uint64_t iopoll = by_mode[static_cast<int>(storage::PollMode::kIoPoll)];
+      out->set_poll_mode(iopoll == 0      ? PollModeLabel(storage::PollMode::kInterrupt)
+                         : interrupt == 0 ? PollModeLabel(storage::PollMode::kIoPoll)
+                                          : "mixed");
+      out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
+      out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
     }
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());

@@ -54,16 +54,18 @@ int main(int raw_argc, char** raw_argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "Serves reads of files straight from the block devices that hold them, over gRPC "
       "(blockread.v1.BlockRead).\n\n"
       "Sources (any mix): --device=NAME=PATH, --manifest=FILE, --serve-files=PATH[,PATH...].\n"
       "With none, a demo device is created under --data-dir and served.\n"
       "Settings also come from --config=FILE (textproto, blockread.v1.ServerConfig); flags win.\n"
       "Flag names may be written with dashes or underscores (--data-dir, --data_dir).\n"
-      "Prometheus metrics: http://127.0.0.1:7421/metrics unless --metrics-listen says otherwise.\n"
+      "Prometheus metrics: http://",
+      blockread::server::kDefaultMetricsListen,
+      "/metrics unless --metrics-listen says otherwise.\n"
       "SIGTERM/SIGINT: graceful shutdown (in-flight reads finish), exit status 0.\n\n"
-      "Usage: blockread-server [flags]");
+      "Usage: blockread-server [flags]"));
   absl::ParseCommandLine(argc, argv);
   auto config = blockread::server::LoadServerConfig();
   if (!config.ok()) {

@@ -5,15 +5,18 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/labels.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/wire/labels.h"
 #include "server/info_calls.h"
+#include "server/proto_conversions.h"
+#include "server/status_mapping.h"
 #include "server/worker.h"
 
 namespace blockread::server {
@@ -100,6 +103,24 @@ class FamilyBuilder {
   const size_t index_;
 };
 
+// Counts by code name: every read error code first (0 when the stats do not list it: they list
+// only non-zero counts, and a dashboard should see 0, not "no data"), then any other code listed.
+std::vector<std::pair<std::string, uint64_t>> WithEveryReadErrorCode(
+    const google::protobuf::RepeatedPtrField<v1::ErrorCount>& counts) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (absl::StatusCode code : kReadErrorCodes) out.emplace_back(StatusCodeName(code), 0);
+  for (const v1::ErrorCount& count : counts) {
+    auto known = std::find_if(out.begin(), out.end(),
+                              [&](const auto& entry) { return entry.first == count.code(); });
+    if (known != out.end()) {
+      known->second += count.count();
+    } else {
+      out.emplace_back(count.code(), count.count());
+    }
+  }
+  return out;
+}
+
 // While alive, restricts the calling thread to the process's CPUs that no worker is pinned to
 // (when there are any), so threads it creates start there; restores the mask on destruction.
 class ScopedAffinityOffWorkers {
@@ -146,11 +167,11 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "device (slot to last I/O completion), total (arrival to completion).",
                           MetricType::Histogram);
   for (const v1::PathStats& path : stats.paths()) {
-    const std::string label = client::PathLabel(path.path());
+    const std::string label = wire::PathLabel(path.path());
     reads.Counter({{"path", label}}, static_cast<double>(path.reads()));
     bytes.Counter({{"path", label}}, static_cast<double>(path.bytes()));
-    for (const v1::ErrorCount& error : path.errors_by_code()) {
-      errors.Counter({{"path", label}, {"code", error.code()}}, static_cast<double>(error.count()));
+    for (const auto& [code, count] : WithEveryReadErrorCode(path.errors_by_code())) {
+      errors.Counter({{"path", label}, {"code", code}}, static_cast<double>(count));
     }
     durations.Histogram({{"path", label}, {"stage", "queue"}}, path.queue_latency());
     durations.Histogram({{"path", label}, {"stage", "device"}}, path.device_latency());
@@ -160,15 +181,15 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                          "Reads refused before a path was chosen (bad range, unknown or stale "
                          "file), by status code.",
                          MetricType::Counter);
-  for (const v1::ErrorCount& error : stats.rejected()) {
-    rejected.Counter({{"code", error.code()}}, static_cast<double>(error.count()));
+  for (const auto& [code, count] : WithEveryReadErrorCode(stats.rejected())) {
+    rejected.Counter({{"code", code}}, static_cast<double>(count));
   }
   FamilyBuilder fallbacks(out, "blockread_fallbacks_total",
                           "Reads that took the generic path, by the reason they did not take "
                           "the simple one.",
                           MetricType::Counter);
   for (const v1::FallbackCount& fallback : stats.fallbacks()) {
-    fallbacks.Counter({{"reason", client::FallbackLabel(fallback.reason())}},
+    fallbacks.Counter({{"reason", wire::FallbackLabel(fallback.reason())}},
                       static_cast<double>(fallback.count()));
   }
 
@@ -184,14 +205,26 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           "Workers reaping the device in each mode: iopoll (IORING_SETUP_IOPOLL "
                           "on the device's poll queues) or interrupt (busy-reaping the CQ ring).",
                           MetricType::Gauge);
+  FamilyBuilder backend_workers(
+      out, "blockread_device_backend_workers",
+      "Workers reading the device through each I/O backend (io_uring, io_uring_iopoll).",
+      MetricType::Gauge);
   for (const v1::DeviceStats& device : stats.devices()) {
     const ClientMetric::Label name{"device", device.name()};
+    for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
+      const char* label = BackendLabel(static_cast<storage::BackendKind>(kind));
+      const auto it = device.backend_workers().find(label);
+      backend_workers.Gauge({name, {"backend", label}},
+                            it == device.backend_workers().end() ? 0 : it->second);
+    }
     device_reads.Counter({name}, static_cast<double>(device.reads()));
     device_bytes.Counter({name}, static_cast<double>(device.bytes()));
     device_errors.Counter({name}, static_cast<double>(device.errors()));
     device_inflight.Gauge({name}, static_cast<double>(device.inflight()));
-    poll_mode.Gauge({name, {"mode", "iopoll"}}, device.iopoll_workers());
-    poll_mode.Gauge({name, {"mode", "interrupt"}}, device.interrupt_workers());
+    poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kIoPoll)}},
+                    device.iopoll_workers());
+    poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kInterrupt)}},
+                    device.interrupt_workers());
   }
 
   FamilyBuilder rpcs(out, "blockread_rpcs_total", "RPCs finished, by method and status code.",
@@ -210,9 +243,28 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
     idle.Counter({label}, static_cast<double>(worker.idle_ns()) / kNsPerSecond);
     empty_polls.Counter({label}, static_cast<double>(worker.empty_polls()));
   }
+  // Every method with code OK, at 0 until it has been called; then whatever the stats list.
+  struct RpcSeries {
+    std::string method, code;
+    uint64_t count;
+  };
+  std::vector<RpcSeries> rpc_series;
+  for (int method = 0; method < kRpcMethodCount; ++method) {
+    rpc_series.push_back(
+        {RpcMethodName(static_cast<RpcMethod>(method)), StatusCodeName(absl::StatusCode::kOk), 0});
+  }
   for (const v1::RpcCount& rpc : stats.rpcs()) {
-    rpcs.Counter({{"method", rpc.method()}, {"code", rpc.code()}},
-                 static_cast<double>(rpc.count()));
+    auto known = std::find_if(rpc_series.begin(), rpc_series.end(), [&](const RpcSeries& s) {
+      return s.method == rpc.method() && s.code == rpc.code();
+    });
+    if (known != rpc_series.end()) {
+      known->count += rpc.count();
+    } else {
+      rpc_series.push_back({rpc.method(), rpc.code(), rpc.count()});
+    }
+  }
+  for (const RpcSeries& rpc : rpc_series) {
+    rpcs.Counter({{"method", rpc.method}, {"code", rpc.code}}, static_cast<double>(rpc.count));
   }
   return out;
 }

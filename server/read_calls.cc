@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "client/crc32c.h"
+#include "proto/wire/crc32c.h"
 #include "server/proto_conversions.h"
 #include "server/status_mapping.h"
 #include "storage/clock.h"
@@ -18,7 +18,7 @@ void FillFromResult(Message& message, const storage::ReadResult& result, bool wa
   message.set_data(result.data, result.length);
   message.set_path(ToProto(result.path));
   message.set_fallback(ToProto(result.path, result.fallback));
-  if (want_crc32c) message.set_crc32c(Crc32c(result.data, result.length));
+  if (want_crc32c) message.set_crc32c(wire::Crc32c(result.data, result.length));
   v1::ServerTiming* timing = message.mutable_timing();
   timing->set_queue_ns(result.queue_ns);
   timing->set_device_ns(result.device_ns);
@@ -264,8 +264,7 @@ void ReadBlocksCall::AddError(uint64_t tag, const absl::Status& status) {
   if (over()) return;
   v1::ReadResult* out = outgoing_.add_results();
   out->set_tag(tag);
-  out->set_code(static_cast<int32_t>(status.code()));
-  out->set_error_message(std::string(status.message()));
+  FillStatus(status, out);
   ScheduleFlush();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "storage/log.h"
+#include "storage/posix_status.h"
 
 namespace blockread::storage {
 namespace {
@@ -174,7 +175,7 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   std::error_code error;
   const fs::path root(path);
   const fs::file_status status = fs::status(root, error);
-  if (error) return absl::NotFoundError(absl::StrCat("cannot serve ", path, ": ", error.message()));
+  if (error) return PosixError(error, absl::StrCat("cannot serve ", path));
   if (fs::is_regular_file(status)) {
     absl::Status added = ImportFile(root.filename().string(), path);
     if (!added.ok()) return added;
@@ -189,7 +190,7 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
        !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
     if (it->is_regular_file() && !it->is_symlink()) found.push_back(it->path());
   }
-  if (error) return absl::InternalError(absl::StrCat("walking ", path, ": ", error.message()));
+  if (error) return PosixError(error, absl::StrCat("walking ", path));
   if (found.empty()) return absl::NotFoundError(absl::StrCat(path, " holds no regular files"));
   std::sort(found.begin(), found.end());
   for (const fs::path& file : found) {

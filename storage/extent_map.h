@@ -21,6 +21,7 @@ enum class ExtentType : uint8_t {
   kHole,       // no storage: reads as zeros
   kUnwritten,  // allocated, never written: reads as zeros (never read from the device)
 };
+inline constexpr int kExtentTypeCount = 3;
 
 const char* ExtentTypeName(ExtentType type);
 
@@ -42,6 +43,7 @@ enum class FileSource : uint8_t {
   kFiemap,       // imported from a mounted ext4/XFS file; re-imported when the file changes
   kFileRoute,    // served through the file itself (O_DIRECT on the file, identity-mapped)
 };
+inline constexpr int kFileSourceCount = 4;
 
 const char* FileSourceName(FileSource source);
 

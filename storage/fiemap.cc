@@ -78,7 +78,7 @@ absl::StatusOr<dev_t> ParseDevNumber(const std::string& text) {
 // Why a file on this filesystem cannot be mapped with FIEMAP, or "" if it can.
 std::string FilesystemRouteReason(int fd, const struct stat& st) {
   struct statfs fs;
-  if (fstatfs(fd, &fs) != 0) return absl::StrCat("fstatfs failed: ", strerror(errno));
+  if (fstatfs(fd, &fs) != 0) return PosixErrorMessage(errno, "fstatfs failed");
   switch (static_cast<uint64_t>(fs.f_type)) {
     case EXT4_SUPER_MAGIC:  // also ext2/ext3, which share the magic and report device blocks
       break;

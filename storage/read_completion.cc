@@ -80,9 +80,8 @@ void EngineContext::Deliver(ReadSlot& slot, uint64_t now_ns) {
     // Device errors are DATA_LOSS whatever the errno: the bytes could not be had from the device
     // (a media or transport error), and retrying elsewhere will not help; the message keeps the
     // errno text.
-    result.status =
-        absl::DataLossError(slot.short_read ? absl::StrCat("short read ", where)
-                                            : std::string(PosixError(slot.error, where).message()));
+    result.status = absl::DataLossError(slot.short_read ? absl::StrCat("short read ", where)
+                                                        : PosixErrorMessage(slot.error, where));
     path.errors[static_cast<int>(result.status.code())].Add(1);
   }
   path.queue_ns.Record(result.queue_ns);

@@ -19,7 +19,7 @@ std::string IoUringDisabledSetting() {
 
 absl::Status IoUringUnavailable(int error) {
   return absl::FailedPreconditionError(absl::StrCat(
-      "io_uring is not available: io_uring_setup failed: ", strerror(error),
+      "io_uring is not available: ", PosixErrorMessage(error, "io_uring_setup failed"),
       ". Causes: the sysctl kernel.io_uring_disabled (now ", IoUringDisabledSetting(),
       "; 0 allows io_uring); a container seccomp profile that blocks io_uring (Docker 25+, "
       "containerd 2 and podman defaults do: run with a profile that allows io_uring_setup, "

@@ -20,14 +20,8 @@ const char* FallbackReasonName(FallbackReason reason) {
       return "not_mapped";
     case FallbackReason::kSpansExtents:
       return "spans_extents";
-    case FallbackReason::kFileRoute:
-      return "file_route";
   }
   return "unknown";
-}
-
-const char* BackendKindName(BackendKind kind) {
-  return kind == BackendKind::kUringIoPoll ? "io_uring_iopoll" : "io_uring";
 }
 
 const char* PollModeName(PollMode mode) {

@@ -10,9 +10,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "storage/latency_histogram.h"
+#include "proto/wire/latency_histogram.h"
 
 namespace blockread::storage {
+
+// The engine counts with the wire library's single-writer counters and histograms: their bucket
+// layout is what GetStats sends.
+using wire::Counter;
+using wire::HistogramSnapshot;
+using wire::LatencyBuckets;
+using wire::LatencyHistogram;
 
 // Which path served a read.
 enum class ReadPathKind : uint8_t { kSimple = 0, kGeneric = 1 };
@@ -27,9 +34,8 @@ enum class FallbackReason : uint8_t {
   kBeyondEof,     // the read runs past the end of the file (short read)
   kNotMapped,     // the range is a hole or unwritten extent
   kSpansExtents,  // the range crosses an extent boundary
-  kFileRoute,     // the file is served through the file itself
 };
-inline constexpr int kFallbackReasonCount = 7;
+inline constexpr int kFallbackReasonCount = 6;
 const char* FallbackReasonName(FallbackReason reason);
 
 // Errors are counted by absl::StatusCode (OK = 0 .. UNAUTHENTICATED = 16), a bounded label set.
@@ -41,6 +47,7 @@ enum class PollMode : uint8_t {
   kInterrupt = 0,  // interrupt-driven ring; completions reaped by spinning on the CQ ring
   kIoPoll = 1,     // IORING_SETUP_IOPOLL ring; the kernel polls the device's poll queues
 };
+inline constexpr int kPollModeCount = 2;
 const char* PollModeName(PollMode mode);
 
 // Which row of the I/O backend table (storage/io_backend.h) serves a device on a worker.
@@ -49,8 +56,6 @@ enum class BackendKind : uint8_t {
   kUringIoPoll = 1,     // io_uring with IORING_SETUP_IOPOLL; the kernel polls the device
 };
 inline constexpr int kBackendKindCount = 2;
-// The backend's name in GetStats and /metrics: "io_uring", "io_uring_iopoll".
-const char* BackendKindName(BackendKind kind);
 
 // The stages a read's time is split into. The caller of StartRead says when the read arrived
 // (for the server: when the RPC message was received), so queueing in front of the engine counts.

@@ -5,9 +5,14 @@
 
 #include <fstream>
 #include <optional>
+#include <string>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/loop_device.h"
 
@@ -36,6 +41,79 @@ TEST(ServerConfigTest, DefaultsAreFilledIn) {
   v1::ServerConfig off;
   off.set_simple_max_bytes(0);
   EXPECT_EQ(FinalizeServerConfig(off)->simple_max_bytes(), 0u);
+}
+
+// The engine settings default to the engine's own defaults, not to a copy of them.
+TEST(ServerConfigTest, EngineDefaultsAreTheEngines) {
+  auto config = FinalizeServerConfig(v1::ServerConfig());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const storage::EngineConfig engine = EngineConfigFrom(*config);
+  const storage::EngineConfig defaults;
+  EXPECT_EQ(engine.simple_max_bytes, defaults.simple_max_bytes);
+  EXPECT_EQ(engine.max_read_bytes, defaults.max_read_bytes);
+  EXPECT_EQ(engine.max_io_bytes, defaults.max_io_bytes);
+  EXPECT_EQ(engine.simple_slots, defaults.simple_slots);
+  EXPECT_EQ(engine.generic_slots, defaults.generic_slots);
+}
+
+// Every setting with a non-empty default has a flag whose --help states the value the server
+// really uses (or, for a plain flag, has it as the flag's own default).
+TEST(ServerConfigTest, HelpStatesTheDefaultsTheServerUses) {
+  auto config = FinalizeServerConfig(v1::ServerConfig());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const google::protobuf::Descriptor* descriptor = config->GetDescriptor();
+  const google::protobuf::Reflection* reflection = config->GetReflection();
+  int checked = 0;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field->name());
+    ASSERT_NE(flag, nullptr) << "no flag for " << field->name();
+    if (field->is_repeated()) continue;
+    std::string value;
+    switch (field->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        value = absl::StrCat(reflection->GetUInt32(*config, field));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        value = absl::StrCat(reflection->GetUInt64(*config, field));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+        value = reflection->GetString(*config, field);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+        EXPECT_FALSE(reflection->GetBool(*config, field)) << field->name() << ": default on?";
+        continue;
+      default:
+        ADD_FAILURE() << field->name() << ": a field type this test does not know";
+        continue;
+    }
+    if (value.empty() || value == "0") continue;  // no default: unset means none
+    const std::string help = flag->Help();
+    EXPECT_TRUE(help.find(absl::StrCat("(default ", value)) != std::string::npos ||
+                flag->DefaultValue() == value)
+        << "--" << field->name() << " defaults to " << value << "; its help says: " << help;
+    ++checked;
+  }
+  EXPECT_GE(checked, 12);
+}
+
+// server_config.proto states no default value: a number there would be a second definition that
+// can drift from the code (the header says where to find them).
+TEST(ServerConfigTest, TheProtoLeavesDefaultsToHelp) {
+  std::ifstream proto(std::string(BLOCKREAD_SOURCE_DIR) +
+                      "/proto/blockread/v1/server_config.proto");
+  ASSERT_TRUE(proto.good());
+  bool in_message = false;
+  int line_number = 0;
+  for (std::string line; std::getline(proto, line);) {
+    ++line_number;
+    if (line.starts_with("message ServerConfig")) in_message = true;
+    if (in_message) {
+      EXPECT_EQ(absl::AsciiStrToLower(line).find("default"), std::string::npos)
+          << "server_config.proto:" << line_number << " states a default: " << line;
+    }
+  }
+  EXPECT_TRUE(in_message);
 }
 
 TEST(ServerConfigTest, FileThenFlagsOnTop) {

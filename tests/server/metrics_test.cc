@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
-#include "client/labels.h"
 #include "gtest/gtest.h"
+#include "proto/wire/labels.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/server_process.h"
@@ -175,7 +175,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
     const uint64_t length = r.file == "hello.txt" ? hello->size() : r.length;
     (r.path == v1::SIMPLE ? simple : generic) += r.times;
     (r.path == v1::SIMPLE ? simple_bytes : generic_bytes) += r.times * length;
-    if (r.path == v1::GENERIC) fallbacks[client::FallbackLabel(r.fallback)] += r.times;
+    if (r.path == v1::GENERIC) fallbacks[wire::FallbackLabel(r.fallback)] += r.times;
     device_ios += static_cast<uint64_t>(r.times * r.device_ios);
   }
   EXPECT_EQ(Delta(after, before, "blockread_reads_total", {{"path", "simple"}}), simple);
@@ -183,14 +183,18 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "simple"}}), simple_bytes);
   EXPECT_EQ(Delta(after, before, "blockread_read_bytes_total", {{"path", "generic"}}),
             generic_bytes);
-  for (int r = v1::FALLBACK_DISABLED; r <= v1::FALLBACK_FILE_ROUTE; ++r) {
-    const std::string reason = client::FallbackLabel(static_cast<v1::FallbackReason>(r));
+  for (int r = v1::FALLBACK_DISABLED; r < v1::FALLBACK_FILE_ROUTE; ++r) {
+    const std::string reason = wire::FallbackLabel(r);
     EXPECT_EQ(Delta(after, before, "blockread_fallbacks_total", {{"reason", reason}}),
               fallbacks[reason])
         << reason;
   }
   EXPECT_EQ(Delta(after, before, "blockread_read_rejections_total", {{"code", "OUT_OF_RANGE"}}), 2);
-  EXPECT_EQ(after.samples.count("blockread_read_errors_total"), 0u) << "no device errors here";
+  ASSERT_TRUE(after.samples.contains("blockread_read_errors_total"));
+  for (const auto& [labels, value] : after.samples.at("blockread_read_errors_total")) {
+    EXPECT_EQ(value, 0) << "no device errors here: " << labels.at("path") << " "
+                        << labels.at("code");
+  }
   EXPECT_EQ(Delta(after, before, "blockread_rpcs_total", {{"method", "ReadBlock"}, {"code", "OK"}}),
             simple + generic);
   EXPECT_EQ(Delta(after, before, "blockread_rpcs_total",
@@ -239,9 +243,9 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   }
 
   // No label carries a file, offset or client: every label value is from a bounded set.
-  const std::set<std::string> allowed_labels = {"path",   "stage",   "code",         "reason",
-                                                "device", "mode",    "method",       "worker",
-                                                "le",     "version", "grpc_version", "quantile"};
+  const std::set<std::string> allowed_labels = {
+      "path",   "stage", "code",    "reason",       "device",   "mode",   "method",
+      "worker", "le",    "version", "grpc_version", "quantile", "backend"};
   for (const auto& [name, series] : after.samples) {
     for (const auto& [labels, value] : series) {
       for (const auto& [key, label_value] : labels) {
@@ -298,6 +302,93 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   EXPECT_EQ(samples[1]["interval"], "since the previous sample");
   EXPECT_NEAR(samples[1]["interval_s"].get<double>(), 0.2, 0.15);
   EXPECT_EQ(samples[1]["paths"]["simple"]["interval_reads"], 0) << "no reads between samples";
+}
+
+// The status codes blockread.proto's header documents for reads ("//   NOT_FOUND  unknown ...").
+std::set<std::string> DocumentedReadCodes() {
+  std::ifstream proto(std::string(BLOCKREAD_SOURCE_DIR) + "/proto/blockread/v1/blockread.proto");
+  const std::regex documented(R"(^//   ([A-Z][A-Z_]+)\b)");
+  std::set<std::string> codes;
+  for (std::string line; std::getline(proto, line) && line.starts_with("//");) {
+    std::smatch match;
+    if (std::regex_search(line, match, documented)) codes.insert(match[1]);
+  }
+  return codes;
+}
+
+// The label values a series of `family` has for `key`, over all its series.
+std::set<std::string> LabelValues(const Exposition& e, const std::string& family,
+                                  const std::string& key) {
+  std::set<std::string> values;
+  if (!e.samples.contains(family)) return values;
+  for (const auto& [labels, value] : e.samples.at(family)) values.insert(labels.at(key));
+  return values;
+}
+
+// Before any read, every labelled family has every known label value, at 0: dashboards and alerts
+// (rate(), absent()) see a zero rather than "no data" until the first error.
+TEST_F(MetricsTest, AFreshServerHasEveryKnownSeriesAtZero) {
+  const Exposition fresh = MustScrape();
+  const std::set<std::string> codes = DocumentedReadCodes();
+  ASSERT_TRUE(codes.contains("DATA_LOSS") && codes.contains("OUT_OF_RANGE"))
+      << "cannot read the status codes from blockread.proto";
+  const std::vector<std::string> paths = {"simple", "generic"};
+
+  EXPECT_EQ(LabelValues(fresh, "blockread_read_errors_total", "code"), codes);
+  EXPECT_EQ(LabelValues(fresh, "blockread_read_rejections_total", "code"), codes);
+  for (const std::string& code : codes) {
+    for (const std::string& path : paths) {
+      EXPECT_TRUE(fresh.Has("blockread_read_errors_total", {{"path", path}, {"code", code}}))
+          << path << " " << code;
+    }
+    EXPECT_TRUE(fresh.Has("blockread_read_rejections_total", {{"code", code}})) << code;
+  }
+  for (const auto& [labels, value] : fresh.samples.at("blockread_read_errors_total")) {
+    EXPECT_EQ(value, 0) << labels.at("path") << " " << labels.at("code");
+  }
+  for (const auto& [labels, value] : fresh.samples.at("blockread_read_rejections_total")) {
+    EXPECT_EQ(value, 0) << labels.at("code");
+  }
+
+  for (const std::string& path : paths) {
+    EXPECT_TRUE(fresh.Has("blockread_reads_total", {{"path", path}})) << path;
+    EXPECT_TRUE(fresh.Has("blockread_read_bytes_total", {{"path", path}})) << path;
+    for (const char* stage : {"queue", "device", "total"}) {
+      EXPECT_TRUE(
+          fresh.Has("blockread_read_duration_seconds_count", {{"path", path}, {"stage", stage}}))
+          << path << " " << stage;
+    }
+  }
+  // FALLBACK_FILE_ROUTE, the last, is retired: never counted.
+  for (int r = v1::FALLBACK_DISABLED; r < v1::FALLBACK_FILE_ROUTE; ++r) {
+    EXPECT_TRUE(fresh.Has("blockread_fallbacks_total", {{"reason", wire::FallbackLabel(r)}}))
+        << wire::FallbackLabel(r);
+  }
+  EXPECT_TRUE(fresh.Has("blockread_device_errors_total", {{"device", "demo"}}));
+  // Loop devices and regular files have no poll queues: every worker reads through io_uring in
+  // interrupt mode, and the polled backend shows 0 workers rather than no data.
+  EXPECT_GT(fresh.Value("blockread_device_backend_workers",
+                        {{"device", "demo"}, {"backend", "io_uring"}}),
+            0);
+  EXPECT_EQ(fresh.Value("blockread_device_backend_workers",
+                        {{"device", "demo"}, {"backend", "io_uring_iopoll"}}),
+            0);
+
+  // Every method the server serves, with code OK, whether or not it has been called.
+  std::vector<std::string> methods;
+  const google::protobuf::ServiceDescriptor* api =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          "blockread.v1.BlockRead");
+  ASSERT_NE(api, nullptr);
+  for (int i = 0; i < api->method_count(); ++i) methods.push_back(api->method(i)->name());
+  for (const char* health : {"Check", "Watch"}) {
+    methods.push_back(absl::StrCat("grpc.health.v1.Health/", health));
+  }
+  for (const std::string& method : methods) {
+    EXPECT_TRUE(fresh.Has("blockread_rpcs_total", {{"method", method}, {"code", "OK"}})) << method;
+  }
+  EXPECT_EQ(fresh.Value("blockread_rpcs_total", {{"method", "ReadBlock"}, {"code", "OK"}}), 0);
+  EXPECT_EQ(fresh.Value("blockread_rpcs_total", {{"method", "Explain"}, {"code", "OK"}}), 0);
 }
 
 TEST_F(MetricsTest, DashboardQueriesOnlyMetricsTheServerExports) {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
-#include "client/crc32c.h"
 #include "gtest/gtest.h"
+#include "proto/wire/crc32c.h"
 #include "tests/support/file_shapes.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/server_process.h"
@@ -150,7 +150,8 @@ TEST_F(ServerTest, ManyChannelsAndStreamsReadByteForByte) {
             continue;
           }
           if (response->data() != Expected(*r)) ++mismatches;
-          if (response->crc32c() != Crc32c(response->data().data(), response->data().size())) {
+          if (response->crc32c() !=
+              wire::Crc32c(response->data().data(), response->data().size())) {
             ++mismatches;
           }
         }

@@ -20,8 +20,7 @@ struct Exposition {
   // Family name -> "counter", "gauge", "histogram", ...
   std::map<std::string, std::string> types;
 
-  // The sample's value; 0 when the exposition does not have it (counters start at zero and
-  // families list only non-zero label sets for error counts).
+  // The sample's value; 0 when the exposition does not have it (counters start at zero).
   double Value(const std::string& name, const Labels& labels = {}) const;
   bool Has(const std::string& name, const Labels& labels) const;
 };

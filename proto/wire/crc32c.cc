@@ -1,8 +1,8 @@
-#include "client/crc32c.h"
+#include "proto/wire/crc32c.h"
 
 #include <isa-l/crc.h>
 
-namespace blockread {
+namespace blockread::wire {
 
 uint32_t Crc32c(const char* data, size_t length) {
   // ISA-L's crc32_iscsi takes and returns the raw register: start from ~0 and invert at the end
@@ -18,4 +18,4 @@ uint32_t Crc32c(const char* data, size_t length) {
   return ~crc;
 }
 
-}  // namespace blockread
+}  // namespace blockread::wire

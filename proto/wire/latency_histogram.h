@@ -1,14 +1,16 @@
 // Single-writer counters and log-linear latency histograms: what the engine's stats shards and the
-// load client's per-thread recorders are made of. Header-only and dependency-free, so the client
-// (which otherwise depends only on the generated API code) can use the same histogram.
-#ifndef BLOCKREAD_STORAGE_LATENCY_HISTOGRAM_H_
-#define BLOCKREAD_STORAGE_LATENCY_HISTOGRAM_H_
+// load client's per-thread recorders are made of. The bucket layout is part of the wire contract:
+// GetStats sends the server's buckets by their upper bounds (blockread.v1.Histogram), clients map
+// them back with LatencyBuckets::IndexOf, and /metrics uses bucket edges as its `le` values.
+// Header-only and dependency-free.
+#ifndef BLOCKREAD_PROTO_WIRE_LATENCY_HISTOGRAM_H_
+#define BLOCKREAD_PROTO_WIRE_LATENCY_HISTOGRAM_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 
-namespace blockread::storage {
+namespace blockread::wire {
 
 // A counter with a single writer. Add() is a relaxed load plus a relaxed store, not a fetch_add:
 // exact because only one thread writes, and readers on other threads see whole values.
@@ -113,6 +115,6 @@ class LatencyHistogram {
   Counter sum_;
 };
 
-}  // namespace blockread::storage
+}  // namespace blockread::wire
 
-#endif  // BLOCKREAD_STORAGE_LATENCY_HISTOGRAM_H_
+#endif  // BLOCKREAD_PROTO_WIRE_LATENCY_HISTOGRAM_H_
