@@ -1,10 +1,13 @@
 // A FIEMAP-imported file that changes after import is never served stale: Resolve() re-imports it
 // (or fails saying why), and the new map reads the new bytes straight from the device.
 #include <stdio.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
+#include "storage/read_path.h"
+#include "tests/support/engine_driver.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/map_reader.h"
 
@@ -91,6 +94,35 @@ TEST_P(StalenessTest, UnknownFileIsNotFound) {
   auto map = catalog_.Resolve("nope");
   EXPECT_EQ(map.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(map.status().message().find("unknown file 'nope'"), std::string::npos);
+}
+
+// An errno-derived RESOURCE_EXHAUSTED (here EMFILE from the re-import's open) is a real answer,
+// not "slots busy": the engine completes the read with it at once instead of telling the caller
+// to retry, which would wait for a slot that nothing in flight will free.
+TEST_P(StalenessTest, AReimportOutOfDescriptorsIsAnAnswerNotBusy) {
+  auto engine = EngineContext::Create(catalog_, EngineConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(4096, 9), false).ok());  // changed: re-import next
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next open fails with EMFILE
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  absl::Status refusal;
+  const StartOutcome outcome = testing::StartRead(
+      **engine, "file", 0, 4096, [](void*, const ReadResult&) { return false; }, nullptr, 0,
+      &refusal);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(outcome, StartOutcome::kCompleted);
+  EXPECT_EQ(refusal.code(), absl::StatusCode::kResourceExhausted) << refusal;
+  EXPECT_EQ((*engine)->reads_in_flight(), 0u);
+  // With descriptors again, the same read is served, current.
+  testing::CompletedRead read = testing::ReadOnce(**engine, "file", 0, 4096);
+  ASSERT_TRUE(read.status.ok()) << read.status;
+  EXPECT_TRUE(read.data == *ReadFileRange(path_, 0, 4096));
 }
 
 INSTANTIATE_TEST_SUITE_P(Filesystems, StalenessTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
