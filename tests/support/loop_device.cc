@@ -60,7 +60,11 @@ absl::StatusOr<std::unique_ptr<LoopDevice>> LoopDevice::Create(const std::string
                                                                uint64_t size_bytes,
                                                                uint32_t sector_size) {
   int image = open(image_path.c_str(), O_CREAT | O_WRONLY, 0600);
-  if (image < 0 || ftruncate(image, static_cast<off_t>(size_bytes)) != 0) {
+  struct stat st;
+  // Only resized when its size differs: some files (an nbdfuse disk) cannot be truncated.
+  if (image < 0 || fstat(image, &st) != 0 ||
+      (static_cast<uint64_t>(st.st_size) != size_bytes &&
+       ftruncate(image, static_cast<off_t>(size_bytes)) != 0)) {
     if (image >= 0) close(image);
     return absl::InternalError(absl::StrCat("cannot create image ", image_path));
   }
