@@ -96,6 +96,18 @@ class Call {
 
   // Records the status the call is about to send (counted by method and code).
   void CountFinish(grpc::StatusCode code);
+  // Ends a unary call with `status` (and `response` when OK), unless the queue is shutting down.
+  template <typename Responder, typename Response>
+  void FinishUnary(Responder& responder, const Response& response, const grpc::Status& status,
+                   CallTag& finish_tag) {
+    if (!may_start_operations()) return;
+    CountFinish(status.error_code());
+    if (status.ok()) {
+      responder.Finish(response, status, Op(finish_tag));
+    } else {
+      responder.FinishWithError(status, Op(finish_tag));
+    }
+  }
   bool finish_sent() const { return finish_sent_; }
   bool cancelled() const { return cancelled_; }
   // False once the queue is shutting down (or the RPC is over): start no new operation.
