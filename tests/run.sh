@@ -16,7 +16,7 @@ jobs=$(nproc)
 run_suite() {
   local dir=$1; shift
   echo "=== tests/run.sh: configure and build $dir $*"
-  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null
+  cmake -S "$root" -B "$dir" -G Ninja -DBLOCKREAD_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   echo "=== tests/run.sh: ctest in $dir"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs"
