@@ -1,7 +1,8 @@
 // main() for every test binary.
 //
 // Mounts: when root, the binary first moves into a private mount namespace, so that filesystems
-// a test mounts vanish with the process even if it crashes (see loop_device.h).
+// a test mounts vanish with the process even if it crashes (see loop_device.h). That works in a
+// chroot too, where / is not a mount point (see MakeMountsPrivate).
 //
 // Skips: ctest runs each binary as one test, so it sees only the exit status. A binary whose every
 // case that ran was skipped exits with kAllSkippedExitCode, which tests/CMakeLists.txt registers as
@@ -16,20 +17,81 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace {
 
 constexpr int kAllSkippedExitCode = 77;
+
+// A mount point as /proc/self/mountinfo writes it: space, tab, newline and backslash are octal
+// escapes (\040 ...).
+std::string UnescapeMountPoint(const std::string& escaped) {
+  std::string out;
+  for (size_t i = 0; i < escaped.size(); ++i) {
+    const bool octal =
+        escaped[i] == '\\' && i + 3 < escaped.size() &&
+        std::all_of(&escaped[i + 1], &escaped[i + 4], [](char c) { return c >= '0' && c <= '7'; });
+    if (octal) {
+      out += static_cast<char>((escaped[i + 1] - '0') * 64 + (escaped[i + 2] - '0') * 8 +
+                               (escaped[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += escaped[i];
+    }
+  }
+  return out;
+}
+
+// Makes every mount this process can reach private, so nothing mounted here propagates to the
+// parent namespace. Returns false (having said why) on failure.
+bool MakeMountsPrivate() {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) return true;
+  if (errno != EINVAL) {
+    perror("blockread tests: making / private in the mount namespace");
+    return false;
+  }
+  // EINVAL: "/" is not a mount point, as in a chroot that package builders use. The mount that
+  // holds our root is then outside it: mountinfo does not list it and no path names its root, so
+  // it cannot be changed from here. Every mount that is reachable is listed, relative to our root.
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  if (!mountinfo) {
+    perror("blockread tests: reading /proc/self/mountinfo");
+    return false;
+  }
+  int made_private = 0;
+  for (std::string line; std::getline(mountinfo, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNT_POINT ...
+    const std::vector<std::string> fields = absl::StrSplit(line, ' ');
+    if (fields.size() < 5) continue;
+    const std::string mount_point = UnescapeMountPoint(fields[4]);
+    if (mount(nullptr, mount_point.c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) {
+      ++made_private;
+    } else if (errno != EINVAL && errno != ENOENT) {
+      // EINVAL/ENOENT: hidden under a later mount on or above it, which is made private itself.
+      fprintf(stderr, "blockread tests: making %s private in the mount namespace: %s\n",
+              mount_point.c_str(), strerror(errno));
+      return false;
+    }
+  }
+  fprintf(stderr,
+          "blockread tests: / is not a mount point (a chroot?): made the %d mounts under it "
+          "private. A filesystem a test mounts outside them is still unmounted by the test, but "
+          "would not vanish with this mount namespace if the test crashed.\n",
+          made_private);
+  return true;
+}
 
 // Collects the skipped cases and why.
 class SkipRecorder : public ::testing::EmptyTestEventListener {
@@ -93,11 +155,11 @@ void ReportSkips(const std::vector<SkipRecorder::Skip>& skips) {
 
 int main(int argc, char** argv) {
   if (geteuid() == 0) {
-    if (unshare(CLONE_NEWNS) != 0 ||
-        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    if (unshare(CLONE_NEWNS) != 0) {
       perror("blockread tests: private mount namespace");
       return 1;
     }
+    if (!MakeMountsPrivate()) return 1;
   }
   ::testing::InitGoogleTest(&argc, argv);
   auto* recorder = new SkipRecorder();  // owned by gtest's listener list
