@@ -22,8 +22,6 @@ enum class ExtentType : uint8_t {
   kUnwritten,  // allocated, never written: reads as zeros (never read from the device)
 };
 
-const char* ExtentTypeName(ExtentType type);
-
 struct Extent {
   uint64_t logical_offset = 0;
   uint64_t length = 0;
@@ -42,8 +40,6 @@ enum class FileSource : uint8_t {
   kFiemap,       // imported from a mounted ext4/XFS file; re-imported when the file changes
   kFileRoute,    // served through the file itself (O_DIRECT on the file, identity-mapped)
 };
-
-const char* FileSourceName(FileSource source);
 
 // An immutable extent map of one file. Safe to read from any thread.
 class FileMap {

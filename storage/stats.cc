@@ -2,10 +2,6 @@
 
 namespace blockread::storage {
 
-const char* ReadPathName(ReadPathKind path) {
-  return path == ReadPathKind::kSimple ? "simple" : "generic";
-}
-
 const char* FallbackReasonName(FallbackReason reason) {
   switch (reason) {
     case FallbackReason::kDisabled:
@@ -24,10 +20,6 @@ const char* FallbackReasonName(FallbackReason reason) {
       return "file_route";
   }
   return "unknown";
-}
-
-const char* PollModeName(PollMode mode) {
-  return mode == PollMode::kIoPoll ? "iopoll" : "interrupt";
 }
 
 namespace {

@@ -17,7 +17,6 @@ namespace blockread::storage {
 // Which path served a read.
 enum class ReadPathKind : uint8_t { kSimple = 0, kGeneric = 1 };
 inline constexpr int kReadPathCount = 2;
-const char* ReadPathName(ReadPathKind path);
 
 // Why a read did not take the simple path (the -ENOTBLK of the seeds).
 enum class FallbackReason : uint8_t {
@@ -41,7 +40,6 @@ enum class PollMode : uint8_t {
   kInterrupt = 0,  // interrupt-driven ring; completions reaped by spinning on the CQ ring
   kIoPoll = 1,     // IORING_SETUP_IOPOLL ring; the kernel polls the device's poll queues
 };
-const char* PollModeName(PollMode mode);
 
 // The stages a read's time is split into. The caller of StartRead says when the read arrived
 // (for the server: when the RPC message was received), so queueing in front of the engine counts.
