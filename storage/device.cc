@@ -38,18 +38,6 @@ bool ReadSysfsFlag(const std::string& path) {
 
 }  // namespace
 
-const char* DeviceKindName(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kBlockDevice:
-      return "block-device";
-    case DeviceKind::kRegularFile:
-      return "regular-file";
-    case DeviceKind::kFileRoute:
-      return "file-route";
-  }
-  return "unknown";
-}
-
 bool BlockDeviceSupportsPolling(dev_t device_number) {
   const std::string base =
       absl::StrFormat("/sys/dev/block/%u:%u", major(device_number), minor(device_number));

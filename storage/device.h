@@ -19,8 +19,6 @@ enum class DeviceKind : uint8_t {
   kFileRoute,    // a filesystem file served through itself; see storage/fiemap.h
 };
 
-const char* DeviceKindName(DeviceKind kind);
-
 // An open, read-only, O_DIRECT device. Immutable after Open(); every method may be called from
 // any thread. Reads are issued by the engine with the fd; this class does no I/O itself.
 class Device {

@@ -161,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Filesystems, FiemapImportTest,
 TEST(FileRouteTest, BtrfsAndTmpfsFilesAreServedThroughTheFile) {
   if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
   if (!testing::RunCommand("command -v mkfs.btrfs").ok()) {
-    GTEST_SKIP() << "mkfs.btrfs is not installed (tests/run.sh installs btrfs-progs)";
+    GTEST_SKIP() << "needs root and mkfs.btrfs, which is not installed (tests/run.sh installs "
+                    "btrfs-progs)";
   }
   TempDir dir;
   auto btrfs = testing::MakeLoopFilesystem(FsType::kBtrfs, dir.path(), 512 * kMiB);
@@ -206,7 +207,8 @@ TEST(FileRouteTest, BtrfsAndTmpfsFilesAreServedThroughTheFile) {
 TEST(PartitionTest, ExtentsOnAPartitionAreOffsetByItsStart) {
   if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
   if (!testing::RunCommand("command -v sfdisk && command -v partx").ok()) {
-    GTEST_SKIP() << "sfdisk/partx are not installed (tests/run.sh installs fdisk)";
+    GTEST_SKIP() << "needs root and sfdisk/partx, which are not installed (tests/run.sh installs "
+                    "fdisk)";
   }
   TempDir dir;
   auto disk = testing::LoopDevice::Create(dir.path() + "/disk.img", 512 * kMiB);
