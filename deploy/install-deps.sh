@@ -16,6 +16,10 @@ packages=(
   # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against
   qemu-utils jq valgrind
 )
+# deploy tests (tests/deploy): manifests parsed as YAML, podman's default seccomp profile that
+# deploy/seccomp-io_uring.json extends, systemd-analyze; Debian's kubectl only where there is none.
+packages+=(python3-yaml golang-github-containers-common systemd)
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do
