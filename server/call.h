@@ -74,13 +74,16 @@ class Call {
     if (--pending_ == 0) delete this;
   }
 
-  // Starts waiting for the request (call from the subclass constructor, once). The done notice is
-  // registered first, as gRPC requires.
-  template <typename RequestFn>
-  void RequestCall(RequestFn&& request) {
+  // The tag for the Request* call that starts waiting for the request (from the subclass
+  // constructor, once). Registers the done notice first, as gRPC requires.
+  void* RequestTag() {
     context_.AsyncNotifyWhenDone(&done_tag_);
     Hold();  // the request operation
-    request(&request_tag_);
+    return &request_tag_;
+  }
+  template <typename RequestFn>
+  void RequestCall(RequestFn&& request) {
+    request(RequestTag());
   }
 
   // A new call of the same method on the worker's queue, so the next request can be matched.

@@ -37,10 +37,8 @@ class UnaryCall final : public Call {
         method_(method),
         handler_(handler),
         responder_(&context_) {
-    RequestCall([&](void* tag) {
-      (service_->*method_)(&context_, &request_, &responder_, worker_.queue(), worker_.queue(),
-                           tag);
-    });
+    (service_->*method_)(&context_, &request_, &responder_, worker_.queue(), worker_.queue(),
+                         RequestTag());
   }
 
   void PostNext() override { Post(worker_, service_, method_, handler_, method()); }
