@@ -4,6 +4,11 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
 namespace blockread::client {
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -34,6 +39,43 @@ absl::Status ReadStream::Finish() {
   return FromGrpc(stream_->Finish());
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadPemFile(const char* what, const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::NotFoundError(absl::StrCat("--", what, ": cannot read ", path));
+  }
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TransportSecurity& security) {
+  if (!security.enabled()) return grpc::InsecureChannelCredentials();
+  if (security.cert.empty() != security.key.empty()) {
+    return absl::InvalidArgumentError("--cert and --key go together");
+  }
+  grpc::SslCredentialsOptions options;
+  if (!security.ca.empty()) {
+    auto ca = ReadPemFile("ca", security.ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  if (!security.cert.empty()) {
+    auto cert = ReadPemFile("cert", security.cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPemFile("key", security.key);
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
 std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& target,
                                                           const ClientOptions& options) {
   grpc::ChannelArguments args;
@@ -45,8 +87,15 @@ std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& tar
   // response wait for a WINDOW_UPDATE round trip; larger HTTP/2 frames mean fewer frames to parse.
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  if (!options.server_name.empty()) {
+    args.SetSslTargetNameOverride(options.server_name);
+  }
   return std::make_unique<BlockReadClient>(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), options);
+      grpc::CreateCustomChannel(
+          target,
+          options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+          args),
+      options);
 }
 
 BlockReadClient::BlockReadClient(std::shared_ptr<grpc::Channel> channel,

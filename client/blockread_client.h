@@ -4,6 +4,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/sync_stream.h>
 
 #include <chrono>
@@ -24,12 +25,32 @@ absl::Status FromGrpc(const grpc::Status& status);
 inline constexpr int kReceiveWindowBytes = 8 << 20;
 inline constexpr int kMaxFrameBytes = 1 << 20;
 
+// How the client proves who the server is, and who it is: PEM file paths. All empty: plaintext.
+struct TransportSecurity {
+  std::string ca;    // CA bundle that signed the server's certificate (TLS on when set)
+  std::string cert;  // client certificate chain, for servers that require one (with `key`)
+  std::string key;
+  // The name to verify the server's certificate against, when it is not the target's host (a
+  // DNS target, or an address whose certificate names the service).
+  std::string server_name;
+  bool enabled() const { return !ca.empty() || !cert.empty(); }
+};
+
+// Channel credentials for `security`: insecure when it is not enabled, TLS otherwise (with the
+// client certificate when given). Reads the files now; errors name the file.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TransportSecurity& security);
+
 struct ClientOptions {
   // Per-call deadline for the unary calls; 0 means none.
   std::chrono::milliseconds timeout{10000};
   // Largest message the client accepts; must cover the server's max_read_bytes (and a stream's
   // batched results). gRPC's default, 4 MiB, is too small for big reads.
   int max_receive_bytes = 64 << 20;
+  // From ChannelCredentialsFor; null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // TransportSecurity::server_name, when set.
+  std::string server_name;
 };
 
 // A ReadBlocks stream, used synchronously: Send() request messages, Receive() response messages
@@ -57,7 +78,7 @@ class ReadStream {
 // Thread-safe: any number of threads may call it at once (gRPC channels are).
 class BlockReadClient {
  public:
-  // A channel to `target` (host:port), with the receive limit raised.
+  // A channel to `target` (host:port), with the receive limit raised, over options.credentials.
   static std::unique_ptr<BlockReadClient> Connect(const std::string& target,
                                                   const ClientOptions& options = ClientOptions());
   BlockReadClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);

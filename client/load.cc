@@ -331,7 +331,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   Run run(o);
   std::vector<std::unique_ptr<BlockReadClient>> clients;
   for (int c = 0; c < o.channels; ++c) {
-    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()]));
+    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()], o.connection));
   }
   // Files and their sizes, from the first server.
   if (o.files.empty()) {
@@ -364,7 +364,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
 
   std::map<std::string, uint64_t> paths, fallbacks;
   for (const std::string& target : o.targets) {
-    auto before = BlockReadClient::Connect(target)->Stats();
+    auto before = BlockReadClient::Connect(target, o.connection)->Stats();
     if (!before.ok()) return before.status();
     AddStats(*before, -1, paths, fallbacks).IgnoreError();
   }
@@ -441,7 +441,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     result.server_total_us = server / 1e3 / result.reads;
   }
   for (const std::string& target : o.targets) {
-    auto after = BlockReadClient::Connect(target)->Stats();
+    auto after = BlockReadClient::Connect(target, o.connection)->Stats();
     if (after.ok()) AddStats(*after, 1, paths, fallbacks).IgnoreError();
   }
   result.server_paths = paths;

@@ -8,12 +8,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/blockread_client.h"
 #include "proto/wire/latency_histogram.h"
 
 namespace blockread::client {
 
 struct LoadOptions {
   std::vector<std::string> targets = {"127.0.0.1:7420"};
+  // Credentials and timeouts of every channel (the CLI's --ca, --cert, --key).
+  ClientOptions connection;
   std::vector<std::string> files;  // empty: every file the (first) server lists
   bool sequential = false;         // --rw=read (else randread)
   uint64_t block_size = 4096;

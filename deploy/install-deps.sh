@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler liburing-dev libabsl-dev
-  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
+  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev libssl-dev
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
   libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
   # tests: devices that stall or fail on demand (nbdkit filters, exposed as a file by nbdfuse)

@@ -25,6 +25,7 @@ inline constexpr uint32_t kDefaultIdleSpinUs = 50;
 inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;
 inline constexpr uint32_t kDefaultShutdownGraceMs = 10000;
 inline constexpr uint32_t kDefaultKeepaliveTimeMs = 30000;
+inline constexpr uint32_t kDefaultTlsRefreshIntervalS = 60;
 
 // Reads --config (or --check-config; if both are given they must name the same file), applies
 // every flag given on the command line, fills defaults and validates. Call after

@@ -22,6 +22,15 @@ FileMapRef Unowned(const FileMap* map) { return FileMapRef(std::shared_ptr<void>
 
 }  // namespace
 
+std::string EchoedName(absl::string_view name) {
+  if (name.size() <= kMaxEchoedNameBytes) return std::string(name);
+  return absl::StrCat(name.substr(0, kMaxEchoedNameBytes), "... (", name.size(), " bytes)");
+}
+
+absl::Status UnknownFileError(absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat("unknown file '", EchoedName(name), "'"));
+}
+
 absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
   if (FindDevice(device->name())) {
     return absl::AlreadyExistsError(
@@ -224,7 +233,7 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
 
 absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
   auto it = files_.find(name);
-  if (it == files_.end()) return absl::NotFoundError(absl::StrCat("unknown file '", name, "'"));
+  if (it == files_.end()) return UnknownFileError(name);
   FileEntry& entry = *it->second;
   if (entry.static_map) return entry.static_map;
 
