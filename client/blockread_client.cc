@@ -16,7 +16,18 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-ReadStream::ReadStream(v1::BlockRead::Stub& stub) : stream_(stub.ReadBlocks(&context_)) {}
+namespace {
+
+void AddToken(const ClientOptions& options, grpc::ClientContext& context) {
+  if (!options.token.empty()) context.AddMetadata("authorization", "Bearer " + options.token);
+}
+
+}  // namespace
+
+ReadStream::ReadStream(v1::BlockRead::Stub& stub, const ClientOptions& options) {
+  AddToken(options, context_);
+  stream_ = stub.ReadBlocks(&context_);
+}
 
 ReadStream::~ReadStream() {
   if (!finished_) {
@@ -41,7 +52,7 @@ absl::Status ReadStream::Finish() {
 
 namespace {
 
-absl::StatusOr<std::string> ReadPemFile(const char* what, const std::string& path) {
+absl::StatusOr<std::string> ReadWholeFile(const char* what, const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   if (in) text << in.rdbuf();
@@ -53,6 +64,17 @@ absl::StatusOr<std::string> ReadPemFile(const char* what, const std::string& pat
 
 }  // namespace
 
+absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
+  if (token_file.empty()) {
+    const char* from_environment = getenv("BLOCKREAD_TOKEN");
+    return std::string(from_environment != nullptr ? from_environment : "");
+  }
+  auto token = ReadWholeFile("token-file", token_file);
+  if (!token.ok()) return token.status();
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  return token;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const TransportSecurity& security) {
   if (!security.enabled()) return grpc::InsecureChannelCredentials();
@@ -61,14 +83,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
   }
   grpc::SslCredentialsOptions options;
   if (!security.ca.empty()) {
-    auto ca = ReadPemFile("ca", security.ca);
+    auto ca = ReadWholeFile("ca", security.ca);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *std::move(ca);
   }
   if (!security.cert.empty()) {
-    auto cert = ReadPemFile("cert", security.cert);
+    auto cert = ReadWholeFile("cert", security.cert);
     if (!cert.ok()) return cert.status();
-    auto key = ReadPemFile("key", security.key);
+    auto key = ReadWholeFile("key", security.key);
     if (!key.ok()) return key.status();
     options.pem_cert_chain = *std::move(cert);
     options.pem_private_key = *std::move(key);
@@ -106,6 +128,7 @@ BlockReadClient::BlockReadClient(std::shared_ptr<grpc::Channel> channel,
       health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
 
 void BlockReadClient::PrepareContext(grpc::ClientContext& context) const {
+  AddToken(options_, context);
   if (options_.timeout.count() > 0) {
     context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
   }

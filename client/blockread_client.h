@@ -51,7 +51,14 @@ struct ClientOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // TransportSecurity::server_name, when set.
   std::string server_name;
+  // Sent with every call as "authorization: Bearer <token>" (servers with --auth); empty: none.
+  std::string token;
 };
+
+// The token to use: the contents of `token_file` (trailing newline dropped) when given, else the
+// BLOCKREAD_TOKEN environment variable, else none. A token never goes on a command line, where
+// any local user could read it. Errors name the file.
+absl::StatusOr<std::string> LoadToken(const std::string& token_file);
 
 // A ReadBlocks stream, used synchronously: Send() request messages, Receive() response messages
 // (results arrive in completion order, each with its tag), CloseSend() when done sending, then
@@ -59,7 +66,9 @@ struct ClientOptions {
 // on one thread at a time.
 class ReadStream {
  public:
-  explicit ReadStream(v1::BlockRead::Stub& stub);
+  // `options`: its token is sent; its timeout is not applied (a stream lives as long as it is
+  // used).
+  ReadStream(v1::BlockRead::Stub& stub, const ClientOptions& options);
   ~ReadStream();
   // False if the stream is broken (then Finish() says why).
   bool Send(const v1::ReadBlocksRequest& request);
@@ -86,7 +95,9 @@ class BlockReadClient {
   // One ReadBlock. Errors carry the server's code and message (see blockread.proto).
   absl::StatusOr<v1::ReadBlockResponse> Read(const std::string& file, uint64_t offset,
                                              uint64_t length, bool want_crc32c = false);
-  std::unique_ptr<ReadStream> OpenStream() { return std::make_unique<ReadStream>(*stub_); }
+  std::unique_ptr<ReadStream> OpenStream() {
+    return std::make_unique<ReadStream>(*stub_, options_);
+  }
   absl::StatusOr<v1::FileInfo> Stat(const std::string& file);
   // Every file, all pages.
   absl::StatusOr<std::vector<v1::FileInfo>> List();

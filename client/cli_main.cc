@@ -91,6 +91,10 @@ int Main(int argc, char** argv) {
   app.add_option("--cert", security.cert,
                  "PEM client certificate, for servers that require one (with --key)");
   app.add_option("--key", security.key, "PEM private key of --cert");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "File holding the access token for servers with --auth (default: the "
+                 "BLOCKREAD_TOKEN environment variable)");
   app.add_option("--tls-server-name", security.server_name,
                  "Verify the server's certificate against this name instead of the target's host");
   const ByteCountValidator bytes;
@@ -150,6 +154,12 @@ int Main(int argc, char** argv) {
   ClientOptions options;
   options.timeout = std::chrono::milliseconds(timeout_ms);
   options.server_name = security.server_name;
+  if (auto token = LoadToken(token_file); token.ok()) {
+    options.token = *std::move(token);
+  } else {
+    fprintf(stderr, "blockread: %s\n", std::string(token.status().message()).c_str());
+    return kExitUsage;
+  }
   if (auto credentials = ChannelCredentialsFor(security); credentials.ok()) {
     options.credentials = *std::move(credentials);
   } else {

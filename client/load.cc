@@ -232,7 +232,7 @@ void StreamThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& 
     uint64_t start_ns;
   };
   const LoadOptions& o = run.options;
-  ReadStream stream(stub);
+  ReadStream stream(stub, o.connection);
   ReadPicker picker(run, thread);
   Pacer pacer(o.rate, o.threads);
   std::map<uint64_t, Pending> pending;

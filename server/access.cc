@@ -16,8 +16,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "storage/catalog.h"
 
 namespace blockread::server {
 namespace {
@@ -77,6 +78,11 @@ const Identity& Identity::Nobody() {
     return identity;
   }();
   return *nobody;
+}
+
+absl::Status ReadDenied(const Identity& identity, absl::string_view file) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "identity '", identity.name, "' may not read file '", storage::EchoedName(file), "'"));
 }
 
 std::shared_ptr<const AccessPolicy> AccessPolicy::Open() {

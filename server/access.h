@@ -39,6 +39,10 @@ struct Identity {
   static const Identity& Nobody();
 };
 
+// PERMISSION_DENIED for a read of `file` that `identity` may not make (the name cut to
+// storage::kMaxEchoedNameBytes).
+absl::Status ReadDenied(const Identity& identity, absl::string_view file);
+
 // The access rules in force: immutable, shared by every worker, replaced whole on reload.
 class AccessPolicy {
  public:

@@ -58,6 +58,10 @@ ReadBlockCall::ReadBlockCall(Worker& worker)
 
 void ReadBlockCall::OnRequest() {
   arrival_ns_ = storage::MonotonicNowNs();
+  if (!identity().MayRead(request_.file())) {
+    FinishWith(ToGrpcStatus(ReadDenied(identity(), request_.file())));
+    return;
+  }
   AdmissionQueue& admission = worker_.admission();
   // Behind the reads already waiting: a newcomer never overtakes them.
   if (admission.empty() && TryStart()) return;
@@ -185,7 +189,20 @@ ReadBlocksCall::StreamRead* ReadBlocksCall::NewRead() {
 
 void ReadBlocksCall::FreeRead(StreamRead* read) { free_reads_.push_back(read); }
 
+bool ReadBlocksCall::MayRead(const std::string& file) {
+  // A stream mostly reads few files: remember the last one allowed rather than match patterns
+  // for every read.
+  if (file == last_allowed_file_) return true;
+  if (!identity().MayRead(file)) return false;
+  last_allowed_file_ = file;
+  return true;
+}
+
 void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
+  if (!MayRead(item.file())) {
+    AddError(item.tag(), ReadDenied(identity(), item.file()));
+    return;
+  }
   StreamRead* read = NewRead();
   read->item = item;
   read->arrival_ns = arrival_ns;
