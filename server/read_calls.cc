@@ -100,7 +100,8 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
   call->worker_.mutable_counters().reads.Add(1);
   if (!call->cancelled()) {
     if (!result.status.ok()) {
-      call->FinishWith(ToGrpcStatus(result.status));
+      call->FinishWith(
+          ToGrpcStatus(ReadFailed(call->request_.file(), call->request_.offset(), result.status)));
     } else {
       FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_);
       call->FinishWith(grpc::Status::OK);
@@ -257,7 +258,8 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
   call->worker_.mutable_counters().reads.Add(1);
   if (!call->over()) {
     if (!result.status.ok()) {
-      call->AddError(read->item.tag(), result.status);
+      call->AddError(read->item.tag(),
+                     ReadFailed(read->item.file(), read->item.offset(), result.status));
     } else {
       v1::ReadResult* out = call->outgoing_.add_results();
       out->set_tag(read->item.tag());

@@ -104,6 +104,8 @@ class Catalog {
   absl::StatusOr<FileMapRef> Reimport(absl::string_view name, FileEntry& entry,
                                       const FileIdentity& current);
   absl::Status AddEntry(std::string name, std::unique_ptr<FileEntry> entry);
+  // A re-import error as Resolve's callers (clients) may see it: same code, details logged.
+  static absl::Status InClientTerms(absl::string_view name, const absl::Status& status);
 
   std::vector<std::unique_ptr<Device>> devices_;
   absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;
