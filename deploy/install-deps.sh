@@ -11,6 +11,8 @@ packages=(
   libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev libssl-dev
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
   libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
+  # tests: the libFuzzer targets (tests/fuzz), built with clang and its fuzzer runtime
+  clang-14 libclang-rt-14-dev
   # tests: devices that stall or fail on demand (nbdkit filters, exposed as a file by nbdfuse)
   nbdkit libnbd-bin fuse3
   # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against

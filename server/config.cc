@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/transport_security.h"
+#include "server/exposure.h"
 
 // Every flag is optional: unset means "whatever the config file says, else the default", so a
 // flag given on the command line always wins over the file.
@@ -195,6 +195,18 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   return config;
 }
 
+absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
+                                                   const std::string& source) {
+  v1::ServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", errors.error));
+  }
+  return config;
+}
+
 std::optional<std::string> CheckConfigFile() { return absl::GetFlag(FLAGS_check_config); }
 
 absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
@@ -214,12 +226,9 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
     if (!in) return absl::NotFoundError(absl::StrCat(path_flag, ": cannot read ", *path));
     std::stringstream text;
     text << in.rdbuf();
-    google::protobuf::TextFormat::Parser parser;
-    FirstError errors;
-    parser.RecordErrorsTo(&errors);
-    if (!parser.ParseFromString(text.str(), &config)) {
-      return absl::InvalidArgumentError(absl::StrCat(*path, ":", errors.error));
-    }
+    absl::StatusOr<v1::ServerConfig> parsed = ParseServerConfig(text.str(), *path);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
   }
   if (auto v = absl::GetFlag(FLAGS_listen)) config.set_listen(*v);
   if (auto v = absl::GetFlag(FLAGS_serve_files)) {

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "blockread/v1/server_config.pb.h"
-#include "storage/read_path.h"
+#include "storage/engine_config.h"
 
 namespace blockread::server {
 
@@ -36,6 +36,12 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig();
 // exits instead of serving, so a config can be checked before it is deployed (a Kubernetes
 // ConfigMap, /etc/blockread/server.textproto) on a machine without its devices.
 std::optional<std::string> CheckConfigFile();
+
+// Parses a config file's text (textproto, blockread.v1.ServerConfig) as LoadServerConfig does,
+// without defaults or validation (FinalizeServerConfig). Syntax errors and unknown fields are
+// INVALID_ARGUMENT "<source>:<line>:<column>: <problem>".
+absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
+                                                   const std::string& source);
 
 // Fills unset fields with their defaults and validates. Used by LoadServerConfig; public for
 // tests and embedders that build a config in code.

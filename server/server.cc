@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "server/config.h"
 #include "server/demo_data.h"
+#include "server/exposure.h"
 #include "server/health_endpoint.h"
 #include "server/transport_security.h"
 #include "server/worker.h"

@@ -64,7 +64,7 @@ class FileMap {
 
   // The extent that covers `offset`. A gap yields a synthesized kHole extent spanning the whole
   // gap (up to the next stored extent, or to the block-rounded size). O(log n), no allocation.
-  // REQUIRES: offset < size().
+  // REQUIRES: offset < size() rounded up to block_size(): ExtentIterator's ranges reach that far.
   Extent Lookup(uint64_t offset) const {
     // First stored extent starting after `offset`; the one before it may cover `offset`.
     auto next =

@@ -1,7 +1,6 @@
 #include "storage/fiemap.h"
 
 #include <fcntl.h>
-#include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <linux/magic.h>
 #include <sys/ioctl.h>
@@ -102,6 +101,46 @@ std::string FilesystemRouteReason(int fd, const struct stat& st) {
 }
 
 }  // namespace
+
+bool FiemapExtentFolder::Add(const struct fiemap_extent* extents, uint32_t count) {
+  if (!file_route_reason_.empty()) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    const fiemap_extent& fe = extents[i];
+    if (fe.fe_length == 0 || fe.fe_logical < next_start_ ||
+        fe.fe_logical > UINT64_MAX - fe.fe_length ||
+        fe.fe_length > UINT64_MAX - partition_start_bytes_ ||
+        fe.fe_physical > UINT64_MAX - partition_start_bytes_ - fe.fe_length) {
+      file_route_reason_ = absl::StrFormat(
+          "FIEMAP returned an extent that is empty, out of order or past 64 bits (file offset %u, "
+          "length %u, device offset %u, after file offset %u)",
+          fe.fe_logical, fe.fe_length, fe.fe_physical, next_start_);
+      return false;
+    }
+    if (fe.fe_flags & FIEMAP_EXTENT_LAST) done_ = true;
+    next_start_ = fe.fe_logical + fe.fe_length;
+    if (fe.fe_logical >= rounded_size_) continue;  // preallocated beyond EOF: never read
+    if (fe.fe_flags & kUnservableFlags) {
+      file_route_reason_ = absl::StrFormat("extent at file offset %u is flagged %s", fe.fe_logical,
+                                           DescribeFlags(fe.fe_flags & kUnservableFlags));
+      return false;
+    }
+    DeviceExtent extent{fe.fe_logical, fe.fe_physical + partition_start_bytes_,
+                        std::min<uint64_t>(fe.fe_length, rounded_size_ - fe.fe_logical),
+                        (fe.fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0};
+    if (!extents_.empty()) {
+      DeviceExtent& last = extents_.back();
+      if (last.logical_offset + last.length == extent.logical_offset &&
+          last.physical_offset + last.length == extent.physical_offset &&
+          last.unwritten == extent.unwritten) {
+        last.length += extent.length;
+        continue;
+      }
+    }
+    extents_.push_back(extent);
+  }
+  if (next_start_ >= rounded_size_) done_ = true;
+  return true;
+}
 
 absl::StatusOr<FileIdentity> StatFileIdentity(const BeneathPath& path) {
   struct stat st;
@@ -220,12 +259,11 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPa
     result.file_route_reason.clear();
     const uint64_t rounded_size =
         RoundUp(static_cast<uint64_t>(before.st_size), result.filesystem_block_size);
-    uint64_t next_start = 0;
-    bool done = rounded_size == 0;
-    while (!done) {
+    FiemapExtentFolder folder(rounded_size, disk->partition_start_bytes);
+    while (!folder.done()) {
       memset(request, 0, sizeof(struct fiemap));
-      request->fm_start = next_start;
-      request->fm_length = FIEMAP_MAX_OFFSET - next_start;
+      request->fm_start = folder.next_start();
+      request->fm_length = FIEMAP_MAX_OFFSET - folder.next_start();
       request->fm_flags = FIEMAP_FLAG_SYNC;  // flush dirty and delalloc data so it is mapped
       request->fm_extent_count = kExtentsPerCall;
       if (ioctl(fd, FS_IOC_FIEMAP, request) != 0) {
@@ -236,33 +274,12 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPa
         return PosixError(errno, absl::StrCat("FIEMAP ", path));
       }
       if (request->fm_mapped_extents == 0) break;
-      for (uint32_t i = 0; i < request->fm_mapped_extents; ++i) {
-        const fiemap_extent& fe = request->fm_extents[i];
-        if (fe.fe_flags & FIEMAP_EXTENT_LAST) done = true;
-        next_start = fe.fe_logical + fe.fe_length;
-        if (fe.fe_logical >= rounded_size) continue;  // preallocated beyond EOF: never read
-        if (fe.fe_flags & kUnservableFlags) {
-          result.file_route_reason =
-              absl::StrFormat("extent at file offset %u is flagged %s", fe.fe_logical,
-                              DescribeFlags(fe.fe_flags & kUnservableFlags));
-          return result;
-        }
-        DeviceExtent extent{fe.fe_logical, fe.fe_physical + disk->partition_start_bytes,
-                            std::min<uint64_t>(fe.fe_length, rounded_size - fe.fe_logical),
-                            (fe.fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0};
-        if (!result.extents.empty()) {
-          DeviceExtent& last = result.extents.back();
-          if (last.logical_offset + last.length == extent.logical_offset &&
-              last.physical_offset + last.length == extent.physical_offset &&
-              last.unwritten == extent.unwritten) {
-            last.length += extent.length;
-            continue;
-          }
-        }
-        result.extents.push_back(extent);
+      if (!folder.Add(request->fm_extents, request->fm_mapped_extents)) {
+        result.file_route_reason = folder.file_route_reason();
+        return result;
       }
-      if (next_start >= rounded_size) done = true;
     }
+    result.extents = folder.extents();
     struct stat after;
     struct stat by_path;
     if (fstat(fd, &after) != 0) return PosixError(errno, absl::StrCat("fstat ", path));

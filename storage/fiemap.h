@@ -3,6 +3,7 @@
 #ifndef BLOCKREAD_STORAGE_FIEMAP_H_
 #define BLOCKREAD_STORAGE_FIEMAP_H_
 
+#include <linux/fiemap.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -38,6 +39,42 @@ struct DeviceExtent {
   uint64_t physical_offset = 0;
   uint64_t length = 0;
   bool unwritten = false;
+};
+
+// Folds the extents of FS_IOC_FIEMAP answers, in the order they come, into
+// FiemapResult::extents: physical offsets made whole-disk, extents clipped to the file's
+// block-rounded size (those beyond it, preallocation that is never read, dropped), adjacent ones
+// merged. No I/O, so tests feed it synthetic extent arrays. What the raw device cannot serve
+// exactly ends the fold with a file-route reason: an extent flagged as not at a plain device
+// offset, and answers no filesystem should give (zero length, out of order or overlapping, past
+// 64 bits), since serving a guess could return wrong bytes. Not thread-safe.
+class FiemapExtentFolder {
+ public:
+  FiemapExtentFolder(uint64_t rounded_size, uint64_t partition_start_bytes)
+      : rounded_size_(rounded_size),
+        partition_start_bytes_(partition_start_bytes),
+        done_(rounded_size == 0) {}
+
+  // Adds the `count` extents of one answer. Returns false, and adds nothing more, once the file
+  // must be served through itself (file_route_reason() says why).
+  bool Add(const struct fiemap_extent* extents, uint32_t count);
+
+  // True once nothing up to the rounded size is left to map: an extent was flagged LAST, or one
+  // reached the rounded size.
+  bool done() const { return done_; }
+  // Where the next FIEMAP call starts: the end of the last extent added.
+  uint64_t next_start() const { return next_start_; }
+  const std::string& file_route_reason() const { return file_route_reason_; }
+  // Sorted, non-overlapping, non-empty, inside the rounded size, adjacent ones merged.
+  const std::vector<DeviceExtent>& extents() const { return extents_; }
+
+ private:
+  const uint64_t rounded_size_;
+  const uint64_t partition_start_bytes_;
+  bool done_;
+  uint64_t next_start_ = 0;
+  std::string file_route_reason_;
+  std::vector<DeviceExtent> extents_;
 };
 
 struct FiemapResult {

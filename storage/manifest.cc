@@ -63,14 +63,18 @@ absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog) {
   }
   std::stringstream text;
   text << in.rdbuf();
+  return LoadManifestText(text.str(), manifest_path, catalog);
+}
 
+absl::Status LoadManifestText(const std::string& text, const std::string& manifest_path,
+                              Catalog& catalog) {
   v1::Manifest manifest;
   Tree tree;
   FirstErrorCollector errors;
   TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text.str(), &manifest)) {
+  if (!parser.ParseFromString(text, &manifest)) {
     return absl::InvalidArgumentError(absl::StrCat(manifest_path, ":", errors.error()));
   }
   auto error_at = [&](int line, absl::string_view what) {

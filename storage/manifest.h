@@ -19,6 +19,11 @@ namespace blockread::storage {
 // Setup-phase call (see Catalog).
 absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog);
 
+// The same for a manifest's text, which messages name `manifest_path`. The devices it names are
+// opened (relative paths from the working directory).
+absl::Status LoadManifestText(const std::string& text, const std::string& manifest_path,
+                              Catalog& catalog);
+
 }  // namespace blockread::storage
 
 #endif  // BLOCKREAD_STORAGE_MANIFEST_H_

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command. On a fresh Debian 12 machine as root: installs what is missing, builds, and
-# runs every test through ctest three times: a normal build, an ASan+UBSan build and a TSan build.
-# Exits non-zero on any failure. Tests that need root (loop devices, mounts) skip with a stated
-# reason otherwise; skipped cases are listed after each ctest, and a case that needs root skipping
-# while this runs as root is a failure.
+# runs every test through ctest three times: a normal build, an ASan+UBSan build and a TSan build;
+# then the libFuzzer targets (tests/fuzz) in a clang build of the gRPC-free code, each replaying
+# its corpus and running a fixed number of inputs from a fixed seed. Exits non-zero on any failure.
+# Tests that need root (loop devices, mounts) skip with a stated reason otherwise; skipped cases
+# are listed after each ctest, and a case that needs root skipping while this runs as root is a
+# failure.
 #
 #   tests/run.sh                 everything
-#   BLOCKREAD_SKIP_SANITIZERS=1  only the normal build (quicker while iterating)
+#   BLOCKREAD_SKIP_SANITIZERS=1  only the normal build (quicker while iterating; no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -45,5 +47,13 @@ if [ "${BLOCKREAD_SKIP_SANITIZERS:-0}" != 1 ]; then
   # Suppressions: only races inside the uninstrumented gRPC/Abseil libraries (see the file).
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
   run_suite build/test-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBLOCKREAD_SANITIZE=tsan
+  unset TSAN_OPTIONS
+  # GCC has no libFuzzer; deploy/install-deps.sh installs clang-14 for it.
+  if command -v clang++-14 >/dev/null; then
+    run_suite build/test-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
+      -DBLOCKREAD_FUZZ=ON
+  else
+    echo "=== tests/run.sh: no clang++-14: the fuzz targets are not run" >&2
+  fi
 fi
 echo "=== tests/run.sh: all tests passed"

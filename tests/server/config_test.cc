@@ -14,7 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/transport_security.h"
+#include "server/exposure.h"
 #include "tests/support/loop_device.h"
 
 ABSL_DECLARE_FLAG(std::optional<std::string>, config);

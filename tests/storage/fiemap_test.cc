@@ -245,5 +245,51 @@ TEST(PartitionTest, ExtentsOnAPartitionAreOffsetByItsStart) {
   testing::RunCommand("partx -d " + disk_path).IgnoreError();
 }
 
+// FiemapExtentFolder on synthetic FIEMAP answers (no filesystem needed).
+fiemap_extent Fe(uint64_t logical, uint64_t physical, uint64_t length, uint32_t flags = 0) {
+  fiemap_extent fe = {};
+  fe.fe_logical = logical;
+  fe.fe_physical = physical;
+  fe.fe_length = length;
+  fe.fe_flags = flags;
+  return fe;
+}
+
+TEST(FiemapExtentFolderTest, MergesAdjacentClipsToTheSizeAndAddsThePartitionStart) {
+  FiemapExtentFolder folder(/*rounded_size=*/5 * 4096, /*partition_start_bytes=*/kMiB);
+  const fiemap_extent first[] = {Fe(0, 8192, 4096), Fe(4096, 12288, 4096)};
+  ASSERT_TRUE(folder.Add(first, 2));
+  EXPECT_FALSE(folder.done());
+  EXPECT_EQ(folder.next_start(), 8192u);
+  const fiemap_extent second[] = {Fe(8192, 16384, 4096, FIEMAP_EXTENT_UNWRITTEN),
+                                  Fe(16384, 69632, 8192), Fe(1 << 20, 0, 4096, FIEMAP_EXTENT_LAST)};
+  ASSERT_TRUE(folder.Add(second, 3));
+  EXPECT_TRUE(folder.done());
+  ASSERT_EQ(folder.extents().size(), 3u);
+  EXPECT_EQ(folder.extents()[0].logical_offset, 0u);
+  EXPECT_EQ(folder.extents()[0].physical_offset, kMiB + 8192);
+  EXPECT_EQ(folder.extents()[0].length, 8192u);  // merged
+  EXPECT_TRUE(folder.extents()[1].unwritten);    // contiguous, but unwritten: not merged
+  EXPECT_EQ(folder.extents()[2].logical_offset, 16384u);
+  EXPECT_EQ(folder.extents()[2].length, 4096u);  // clipped; the extent beyond the size dropped
+}
+
+TEST(FiemapExtentFolderTest, AnswersNoFilesystemGivesTakeTheFileRoute) {
+  const std::vector<std::vector<fiemap_extent>> answers = {
+      {Fe(0, 0, 8192), Fe(4096, 65536, 4096)},   // overlapping
+      {Fe(8192, 0, 4096), Fe(0, 65536, 4096)},   // out of order
+      {Fe(0, 0, 0)},                             // empty
+      {Fe(UINT64_MAX - 4095, 0, 8192)},          // past 64 bits, file side
+      {Fe(0, UINT64_MAX - 4095, 4096)},          // past 64 bits with the partition
+      {Fe(0, 0, 4096, FIEMAP_EXTENT_DELALLOC)},  // not at a device offset
+  };
+  for (const auto& answer : answers) {
+    FiemapExtentFolder folder(1 << 20, /*partition_start_bytes=*/512);
+    EXPECT_FALSE(folder.Add(answer.data(), static_cast<uint32_t>(answer.size())))
+        << answer[0].fe_logical << " " << answer[0].fe_length;
+    EXPECT_FALSE(folder.file_route_reason().empty());
+  }
+}
+
 }  // namespace
 }  // namespace blockread::storage
