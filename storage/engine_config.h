@@ -43,7 +43,7 @@ struct EngineConfig {
   // Probe IORING_SETUP_IOPOLL even on devices whose sysfs io_poll is 0. For tests and diagnosis:
   // it shows the EOPNOTSUPP demotion on devices without poll queues.
   bool probe_iopoll_on_all_devices = false;
-  IoEngine io_engine = IoEngine::kIoUring;
+  IoEngine io_engine = IoEngine::kAuto;
   // psync engine: pool threads per worker, so preads in flight per worker (each a blocked thread).
   uint32_t psync_threads = 8;
 
