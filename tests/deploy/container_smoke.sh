@@ -161,6 +161,8 @@ timing "base images (debootstrap when not cached, import)"
 # ---- the image ----
 image=localhost/blockread:latest
 ctx="$tmp/context"
+# The image this run replaces, removed once untagged so runs do not pile images up.
+previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 if [ "${BLOCKREAD_SMOKE_FULL_BUILD:-0}" = 1 ]; then
   # The repository's tracked files as they are in the work tree (not build trees).
   mkdir -p "$ctx"
@@ -179,6 +181,9 @@ else
     --target runtime-prebuilt --build-arg BIN_DIR=bin -t "$image" "$ctx" >"$tmp/build.log" 2>&1 ||
     { tail -40 "$tmp/build.log"; fail "podman build (runtime stage, host binaries)"; }
   timing "image: runtime stage from the host's binaries"
+fi
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true  # still used by a container: keep it
 fi
 [ "$(podman image inspect --format '{{.Config.User}}' "$image")" = 65532 ] ||
   fail "image user is not 65532"
