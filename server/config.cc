@@ -79,6 +79,12 @@ ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
 ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
           "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
           "picks a free port, printed at startup.");
+ABSL_FLAG(std::optional<std::string>, io_engine, std::nullopt,
+          absl::StrCat("I/O engine: auto, io_uring or psync (default ",
+                       blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
+                       "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
+                       "is blocked (container seccomp profiles), logging one line with the cause "
+                       "and the fix; io_uring makes that a startup error."));
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
           absl::StrCat("HTTP/2 keepalive ping interval on idle connections (default ",
                        blockread::server::kDefaultKeepaliveTimeMs, ")."));
@@ -146,6 +152,13 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
   if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);
   if (!config.has_metrics_listen()) config.set_metrics_listen(kDefaultMetricsListen);
+  if (config.io_engine().empty()) {
+    config.set_io_engine(storage::IoEngineName(kEngineDefaults.io_engine));
+  }
+  if (!storage::ParseIoEngine(config.io_engine())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--io_engine: '", config.io_engine(), "' is not one of auto, io_uring, psync"));
+  }
   if (config.listen().find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", config.listen(), "' is not ADDR:PORT"));
@@ -228,6 +241,7 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
     config.set_metrics_listen(v);
   }
   if (auto v = absl::GetFlag(FLAGS_keepalive_time_ms)) config.set_keepalive_time_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_io_engine)) config.set_io_engine(*v);
   return FinalizeServerConfig(std::move(config));
 }
 
@@ -238,6 +252,7 @@ storage::EngineConfig EngineConfigFrom(const v1::ServerConfig& config) {
   engine.max_io_bytes = config.max_io_bytes();
   engine.simple_slots = config.simple_slots();
   engine.generic_slots = config.generic_slots();
+  engine.io_engine = storage::ParseIoEngine(config.io_engine()).value_or(kEngineDefaults.io_engine);
   return engine;
 }
 

@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
   auto cpus = ParseCpuList(server->config_.cpus());
   if (!cpus.ok()) return cpus.status();
+  // Once for the process, before any worker: auto's fallback is logged once, and io_uring's
+  // refusal stops startup before anything listens. The workers get the engine it settled on.
+  auto io_engine = storage::ResolveIoEngine(EngineConfigFrom(server->config_).io_engine);
+  if (!io_engine.ok()) return io_engine.status();
+  server->config_.set_io_engine(storage::IoEngineName(*io_engine));
 
   server->shared_ = std::make_unique<SharedState>(server->config_, server->catalog_);
   SharedState& shared = *server->shared_;
@@ -100,10 +105,11 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   shared.health.store(grpc::health::v1::HealthCheckResponse::SERVING);
   for (Worker* worker : shared.workers) worker->Wake();  // tell open Watch streams
   storage::LogInfo(absl::StrFormat(
-      "serving %d files from %d devices with %d pinned workers (CPUs %s), simple_max_bytes=%u",
+      "serving %d files from %d devices with %d pinned workers (CPUs %s), simple_max_bytes=%u, "
+      "io_engine=%s",
       server->catalog_.file_count(), server->catalog_.device_count(), cpus->size(),
       server->config_.cpus().empty() ? "from the affinity mask" : server->config_.cpus(),
-      server->config_.simple_max_bytes()));
+      server->config_.simple_max_bytes(), server->config_.io_engine()));
   return server;
 }
 

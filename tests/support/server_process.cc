@@ -23,7 +23,8 @@ std::string DenyIoUringBinary() { return BLOCKREAD_DENY_IO_URING_BINARY; }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
                                                                     const std::string& log_path,
-                                                                    int timeout_s) {
+                                                                    int timeout_s,
+                                                                    const std::vector<std::string>& runner) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
   std::unique_ptr<ServerProcess> server(new ServerProcess());
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       })) {
     args.push_back("--metrics_listen=127.0.0.1:0");
   }
+  args.insert(args.begin(), runner.begin(), runner.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
