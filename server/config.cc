@@ -80,6 +80,12 @@ ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
 ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
           "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
           "picks a free port, printed at startup.");
+ABSL_FLAG(std::optional<std::string>, io_engine, std::nullopt,
+          absl::StrCat("I/O engine: auto, io_uring or psync (default ",
+                       blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
+                       "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
+                       "is blocked (container seccomp profiles), logging one line with the cause "
+                       "and the fix; io_uring makes that a startup error."));
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
           absl::StrCat("HTTP/2 keepalive ping interval on idle connections (default ",
                        blockread::server::kDefaultKeepaliveTimeMs, ")."));
@@ -171,6 +177,13 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
     config.set_tls_refresh_interval_s(kDefaultTlsRefreshIntervalS);
   }
   if (!config.has_metrics_listen()) config.set_metrics_listen(kDefaultMetricsListen);
+  if (config.io_engine().empty()) {
+    config.set_io_engine(storage::IoEngineName(kEngineDefaults.io_engine));
+  }
+  if (!storage::ParseIoEngine(config.io_engine())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--io_engine: '", config.io_engine(), "' is not one of auto, io_uring, psync"));
+  }
   if (config.listen().find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", config.listen(), "' is not ADDR:PORT"));
@@ -258,6 +271,7 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
     config.set_metrics_listen(v);
   }
   if (auto v = absl::GetFlag(FLAGS_keepalive_time_ms)) config.set_keepalive_time_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_io_engine)) config.set_io_engine(*v);
   if (auto v = absl::GetFlag(FLAGS_tls_cert)) config.set_tls_cert(*v);
   if (auto v = absl::GetFlag(FLAGS_tls_key)) config.set_tls_key(*v);
   if (auto v = absl::GetFlag(FLAGS_tls_client_ca)) config.set_tls_client_ca(*v);
@@ -275,6 +289,7 @@ storage::EngineConfig EngineConfigFrom(const v1::ServerConfig& config) {
   engine.max_io_bytes = config.max_io_bytes();
   engine.simple_slots = config.simple_slots();
   engine.generic_slots = config.generic_slots();
+  engine.io_engine = storage::ParseIoEngine(config.io_engine()).value_or(kEngineDefaults.io_engine);
   return engine;
 }
 

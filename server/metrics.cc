@@ -207,7 +207,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                           MetricType::Gauge);
   FamilyBuilder backend_workers(
       out, "blockread_device_backend_workers",
-      "Workers reading the device through each I/O backend (io_uring, io_uring_iopoll).",
+      "Workers reading the device through each I/O backend (io_uring, io_uring_iopoll, psync).",
       MetricType::Gauge);
   for (const v1::DeviceStats& device : stats.devices()) {
     const ClientMetric::Label name{"device", device.name()};

@@ -91,6 +91,8 @@ constexpr const char* BackendLabel(storage::BackendKind kind) {
       return "io_uring";
     case storage::BackendKind::kUringIoPoll:
       return "io_uring_iopoll";
+    case storage::BackendKind::kPsync:
+      return "psync";
   }
   return "unknown";
 }

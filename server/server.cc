@@ -47,6 +47,11 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
   auto cpus = ParseCpuList(server->config_.cpus());
   if (!cpus.ok()) return cpus.status();
+  // Once for the process, before any worker: auto's fallback is logged once, and io_uring's
+  // refusal stops startup before anything listens. The workers get the engine it settled on.
+  auto io_engine = storage::ResolveIoEngine(EngineConfigFrom(server->config_).io_engine);
+  if (!io_engine.ok()) return io_engine.status();
+  server->config_.set_io_engine(storage::IoEngineName(*io_engine));
 
   std::shared_ptr<const AccessPolicy> access = AccessPolicy::Open();
   if (!server->config_.auth().empty()) {
@@ -123,10 +128,11 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   for (Worker* worker : shared.workers) worker->Wake();  // tell open Watch streams
   storage::LogInfo(absl::StrFormat(
       "serving %d files from %d devices with %d pinned workers (CPUs %s), simple_max_bytes=%u, "
-      "%s",
+      "io_engine=%s, %s",
       server->catalog_.file_count(), server->catalog_.device_count(), cpus->size(),
       server->config_.cpus().empty() ? "from the affinity mask" : server->config_.cpus(),
-      server->config_.simple_max_bytes(), TransportSummary(server->config_)));
+      server->config_.simple_max_bytes(), server->config_.io_engine(),
+      TransportSummary(server->config_)));
   return server;
 }
 

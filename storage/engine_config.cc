@@ -11,6 +11,25 @@ bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
 
+const char* IoEngineName(IoEngine engine) {
+  switch (engine) {
+    case IoEngine::kAuto:
+      return "auto";
+    case IoEngine::kIoUring:
+      return "io_uring";
+    case IoEngine::kPsync:
+      return "psync";
+  }
+  return "unknown";
+}
+
+std::optional<IoEngine> ParseIoEngine(absl::string_view name) {
+  for (IoEngine engine : {IoEngine::kAuto, IoEngine::kIoUring, IoEngine::kPsync}) {
+    if (name == IoEngineName(engine)) return engine;
+  }
+  return std::nullopt;
+}
+
 absl::Status EngineConfig::Validate() const {
   if (simple_max_bytes != 0 && (simple_max_bytes % 512 != 0 || simple_max_bytes > (1 << 20))) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -35,6 +54,10 @@ absl::Status EngineConfig::Validate() const {
   if (!IsPowerOfTwo(ring_entries) || ring_entries < 8 || ring_entries > 4096) {
     return absl::InvalidArgumentError(
         absl::StrFormat("ring_entries %u must be a power of two from 8 to 4096", ring_entries));
+  }
+  if (psync_threads == 0 || psync_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("psync_threads %u must be from 1 to 256", psync_threads));
   }
   return absl::OkStatus();
 }

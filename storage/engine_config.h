@@ -3,10 +3,27 @@
 #define BLOCKREAD_STORAGE_ENGINE_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace blockread::storage {
+
+// Which I/O backends a worker reads through (storage/io_backend.h).
+enum class IoEngine : uint8_t {
+  // io_uring when this process may set a ring up; psync otherwise, said in one log line that
+  // names the cause and the fix (see ResolveIoEngine in storage/read_path.h).
+  kAuto = 0,
+  // io_uring only (interrupt mode, IOPOLL where the device has poll queues); setup fails with
+  // the cause and the fix when io_uring is unavailable.
+  kIoUring = 1,
+  // Pool threads doing pread on the same O_DIRECT descriptors (storage/psync_backend.h).
+  kPsync = 2,
+};
+// "auto", "io_uring", "psync": the config's and the flag's spelling.
+const char* IoEngineName(IoEngine engine);
+std::optional<IoEngine> ParseIoEngine(absl::string_view name);
 
 // The member initializers are the defaults, for the engine and the server alike (the server's
 // config and --help take them from here).
@@ -26,6 +43,9 @@ struct EngineConfig {
   // Probe IORING_SETUP_IOPOLL even on devices whose sysfs io_poll is 0. For tests and diagnosis:
   // it shows the EOPNOTSUPP demotion on devices without poll queues.
   bool probe_iopoll_on_all_devices = false;
+  IoEngine io_engine = IoEngine::kAuto;
+  // psync engine: pool threads per worker, so preads in flight per worker (each a blocked thread).
+  uint32_t psync_threads = 8;
 
   // Checks the limits and their relations; the error names the setting.
   absl::Status Validate() const;

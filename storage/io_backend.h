@@ -1,11 +1,13 @@
 // How a worker reads one kind of device: a small ops table in fio's spirit (ioengines.h). The
 // engine's dispatch and completion code only ever talk to this interface, so a new kind of device
-// (psync threads for containers where seccomp blocks io_uring, NVMe passthrough with
-// IORING_OP_URING_CMD) is a new row, not a new branch in dispatch or reaping.
+// (NVMe passthrough with IORING_OP_URING_CMD) is a new row, not a new branch in dispatch or
+// reaping.
 //
 // Rows today (BackendKind): io_uring in interrupt mode (block devices without poll queues,
 // regular files standing in for devices, and file-route files: a file-route file is just another
-// descriptor on this ring), and io_uring with IORING_SETUP_IOPOLL (devices with poll queues).
+// descriptor on this ring), io_uring with IORING_SETUP_IOPOLL (devices with poll queues), and
+// psync: pool threads doing pread, for containers whose seccomp profile blocks io_uring
+// (storage/psync_backend.h). Which rows a worker uses is EngineConfig::io_engine.
 #ifndef BLOCKREAD_STORAGE_IO_BACKEND_H_
 #define BLOCKREAD_STORAGE_IO_BACKEND_H_
 
@@ -31,8 +33,10 @@ struct IoPiece {
   DeviceId device = kNoDevice;
   uint16_t buffer_index = 0;
   uint8_t short_read_retries = 0;
-  // Owned by the backend while the piece waits for room on its ring (an intrusive list, so
-  // waiting allocates nothing).
+  // Where a backend that finishes pieces on its own threads (psync) leaves the result for Reap().
+  int32_t result = 0;
+  // Owned by the backend between Queue() and Reap(): its intrusive lists (pieces waiting for room
+  // on a ring, or for a psync thread, or finished), so waiting allocates nothing.
   IoPiece* next_waiting = nullptr;
 };
 
@@ -57,7 +61,7 @@ class IoBackend {
   // Calls done(context, piece, result) for every piece that finished, without blocking. Returns
   // how many.
   virtual unsigned Reap(PieceDoneFn done, void* context) = 0;
-  // Blocks until at least one piece can be reaped (only to drain at shutdown).
+  // Blocks until at least one piece can be reaped (to drain at shutdown), submitting first.
   virtual void WaitForCompletion() = 0;
   // Pieces queued, waiting or submitted, and not yet reaped.
   virtual unsigned inflight() const = 0;

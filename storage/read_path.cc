@@ -3,10 +3,13 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "storage/clock.h"
 #include "storage/log.h"
+#include "storage/psync_backend.h"
 #include "storage/read_slot.h"
+#include "storage/ring.h"
 #include "storage/simple_read.h"
 #include "storage/uring_backend.h"
 
@@ -17,6 +20,24 @@ namespace {
 constexpr uint64_t kMaxCqEntries = 65536;
 
 }  // namespace
+
+absl::StatusOr<IoEngine> ResolveIoEngine(IoEngine requested) {
+  if (requested == IoEngine::kPsync) return requested;
+  Ring::Options probe;
+  probe.sq_entries = 8;
+  probe.cq_entries = 8;
+  const absl::Status ring = Ring::Create(probe).status();
+  if (ring.ok()) return IoEngine::kIoUring;
+  if (requested == IoEngine::kIoUring) {
+    return absl::Status(ring.code(), absl::StrCat(ring.message(),
+                                                  ". Or serve without io_uring: --io-engine=psync "
+                                                  "(or auto, which falls back to it)"));
+  }
+  LogWarning(absl::StrCat("io_engine auto: ", ring.message(),
+                          ". Serving with the psync engine (threads doing pread) instead, which "
+                          "costs more CPU per read; --io-engine=io_uring makes this an error"));
+  return IoEngine::kPsync;
+}
 
 EngineContext::EngineContext(Catalog& catalog, const EngineConfig& config)
     : catalog_(catalog), config_(config), stats_(catalog.device_count()) {}
@@ -31,6 +52,10 @@ absl::StatusOr<std::unique_ptr<EngineContext>> EngineContext::Create(Catalog& ca
 }
 
 absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
+  absl::StatusOr<IoEngine> engine = config_.io_engine == IoEngine::kAuto
+                                        ? ResolveIoEngine(config_.io_engine)
+                                        : config_.io_engine;
+  if (!engine.ok()) return engine.status();
   RaiseMemlockLimit();
   uint32_t max_block = 512;
   std::vector<int> fds;
@@ -70,15 +95,21 @@ absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
     backends_.push_back(std::move(backend));
     return backends_.back().get();
   };
-  auto interrupt = UringBackend::Create(options, fds, buffers);
-  if (!interrupt.ok()) return interrupt.status();
-  IoBackend* interrupt_backend = add_backend(*std::move(interrupt));
-  backend_of_device_.assign(catalog_.device_count(), interrupt_backend);
+  const bool psync = *engine == IoEngine::kPsync;
+  if (psync) {
+    auto pool = PsyncBackend::Create({.threads = config_.psync_threads}, fds);
+    if (!pool.ok()) return pool.status();
+    backend_of_device_.assign(catalog_.device_count(), add_backend(*std::move(pool)));
+  } else {
+    auto interrupt = UringBackend::Create(options, fds, buffers);
+    if (!interrupt.ok()) return interrupt.status();
+    backend_of_device_.assign(catalog_.device_count(), add_backend(*std::move(interrupt)));
+  }
 
   IoBackend* iopoll_backend = nullptr;
   for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
     const Device& device = catalog_.device(id);
-    if (device.io_poll_supported() || config_.probe_iopoll_on_all_devices) {
+    if (!psync && (device.io_poll_supported() || config_.probe_iopoll_on_all_devices)) {
       absl::Status probe;
       if (device.size() < device.logical_block_size()) {
         probe = absl::FailedPreconditionError("device too small to probe");

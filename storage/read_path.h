@@ -37,6 +37,14 @@ struct PathDecision {
 absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset, uint64_t length,
                                             uint64_t simple_max_bytes);
 
+// Turns EngineConfig::io_engine into the engine to use, trying io_uring once (a ring set up
+// and torn down at once) unless `requested` is kPsync. kAuto: kIoUring if that worked, else
+// kPsync, having logged one warning line with io_uring's error (the cause) and the fix.
+// kIoUring: the same error, saying that --io-engine=psync or auto would serve without it.
+// Any thread; call once per process (the server does, before its workers start) so the line is
+// logged once.
+absl::StatusOr<IoEngine> ResolveIoEngine(IoEngine requested);
+
 struct ReadSlot;
 
 // Opaque token for a completed read's buffer, for EngineContext::Release().
@@ -101,8 +109,9 @@ class EngineContext {
   using BackendWrapper = std::unique_ptr<IoBackend> (*)(std::unique_ptr<IoBackend> backend);
 
   // Creates the backends on the calling thread, registers every catalog device and the buffers,
-  // and picks a backend per device: io_uring IOPOLL where sysfs reports io_poll=1 and a probe
-  // read succeeds, io_uring interrupt mode otherwise (a failed probe is logged as a demotion).
+  // and picks a backend per device. io_uring engine: IOPOLL where sysfs reports io_poll=1 and a
+  // probe read succeeds, interrupt mode otherwise (a failed probe is logged as a demotion).
+  // psync engine: one pool for every device. kAuto is resolved first (ResolveIoEngine).
   // The catalog must outlive the context and gain no devices after this. Errors name the cause
   // and the fix (io_uring blocked, RLIMIT_MEMLOCK too low ...).
   static absl::StatusOr<std::unique_ptr<EngineContext>> Create(

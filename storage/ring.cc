@@ -22,8 +22,9 @@ absl::Status IoUringUnavailable(int error) {
       "io_uring is not available: ", PosixErrorMessage(error, "io_uring_setup failed"),
       ". Causes: the sysctl kernel.io_uring_disabled (now ", IoUringDisabledSetting(),
       "; 0 allows io_uring); a container seccomp profile that blocks io_uring (Docker 25+, "
-      "containerd 2 and podman defaults do: run with a profile that allows io_uring_setup, "
-      "io_uring_enter and io_uring_register); or a kernel older than 5.19"));
+      "containerd 2 and podman defaults do: run with blockread's deploy/seccomp-io_uring.json, "
+      "the default profile plus io_uring_setup, io_uring_enter and io_uring_register); or a "
+      "kernel older than 5.19"));
 }
 
 }  // namespace

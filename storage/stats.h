@@ -52,8 +52,9 @@ inline constexpr int kPollModeCount = 2;
 enum class BackendKind : uint8_t {
   kUringInterrupt = 0,  // io_uring; completions found by spinning on the CQ ring
   kUringIoPoll = 1,     // io_uring with IORING_SETUP_IOPOLL; the kernel polls the device
+  kPsync = 2,           // pool threads doing pread; for where seccomp blocks io_uring
 };
-inline constexpr int kBackendKindCount = 2;
+inline constexpr int kBackendKindCount = 3;
 
 // The stages a read's time is split into. The caller of StartRead says when the read arrived
 // (for the server: when the RPC message was received), so queueing in front of the engine counts.

@@ -57,6 +57,7 @@ check_bad unknown_field 'listne: "127.0.0.1:1"' "listne"
 check_bad bad_listen 'listen: "7420"' "is not ADDR:PORT"
 check_bad bad_device 'device: "/dev/nvme0n1"' "is not NAME=PATH"
 check_bad engine 'max_read_bytes: 100' "max_read_bytes"
+check_bad io_engine 'io_engine: "spdk"' "is not one of auto, io_uring, psync"
 check_bad flag_on_top 'listen: "127.0.0.1:1"' "max_read_bytes" --max-read-bytes=100
 check_bad two_files 'listen: "127.0.0.1:1"' "name different files" --config="$tmp/good.textproto"
 code=0

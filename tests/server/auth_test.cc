@@ -44,7 +44,7 @@ class AuthTest : public ::testing::Test {
     std::ofstream(auth_path_) << AccessFile("hello.*");
     auto server =
         ServerProcess::Start({"--data_dir=" + dir_.path() + "/data", "--auth=" + auth_path_},
-                             dir_.path() + "/server.log", 60, As("ops-token"));
+                             dir_.path() + "/server.log", 60, {}, As("ops-token"));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_TRUE(storage::LoadManifest(dir_.path() + "/data/demo.manifest", reference_).ok());
@@ -204,7 +204,7 @@ TEST(AuthCertificateTest, TheClientCertificateNamesTheIdentity) {
   auto server = ServerProcess::Start(
       {"--data_dir=" + dir.path() + "/data", "--auth=" + auth, "--tls_cert=" + server_cert->cert,
        "--tls_key=" + server_cert->key, "--tls_client_ca=" + ca->ca_pem()},
-      dir.path() + "/server.log", 60, options(*trainer));
+      dir.path() + "/server.log", 60, {}, options(*trainer));
   ASSERT_TRUE(server.ok()) << server.status();
   auto as_trainer = BlockReadClient::Connect((*server)->target(), options(*trainer));
   EXPECT_TRUE(as_trainer->Read("random-4m", 0, 4096).ok());

@@ -56,6 +56,7 @@ TEST(ServerConfigTest, EngineDefaultsAreTheEngines) {
   EXPECT_EQ(engine.max_io_bytes, defaults.max_io_bytes);
   EXPECT_EQ(engine.simple_slots, defaults.simple_slots);
   EXPECT_EQ(engine.generic_slots, defaults.generic_slots);
+  EXPECT_EQ(engine.io_engine, defaults.io_engine);
 }
 
 // Every setting with a non-empty default has a flag whose --help states the value the server

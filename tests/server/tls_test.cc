@@ -66,7 +66,7 @@ class TlsTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra, const TransportSecurity& ready) {
     extra.push_back("--data_dir=" + dir_.path() + "/data");
     auto server =
-        ServerProcess::Start(std::move(extra), dir_.path() + "/server.log", 60, Options(ready));
+        ServerProcess::Start(std::move(extra), dir_.path() + "/server.log", 60, {}, Options(ready));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_TRUE(storage::LoadManifest(dir_.path() + "/data/demo.manifest", reference_).ok());

@@ -1,7 +1,7 @@
 // The engine's completion accounting when a backend misbehaves: short reads re-queued, pieces the
 // kernel pushes back, pieces that fail after a short read. The faults are injected by wrapping
-// the real io_uring backend (reads still go to a real loop device); the wrapper only changes what
-// a completion reports or when a queued piece reaches the ring.
+// the real backend, io_uring or psync (reads still go to a real loop device); the wrapper only
+// changes what a completion reports or when a queued piece reaches the device.
 #include <cerrno>
 #include <chrono>
 #include <deque>
@@ -103,7 +103,7 @@ bool Record(void* context, const ReadResult& result) {
   return false;
 }
 
-class BackendFaultTest : public ::testing::Test {
+class BackendFaultTest : public ::testing::TestWithParam<IoEngine> {
  protected:
   void SetUp() override {
     if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) {
@@ -121,6 +121,7 @@ class BackendFaultTest : public ::testing::Test {
   void TearDown() override { plan = nullptr; }
 
   std::unique_ptr<EngineContext> MakeEngine(EngineConfig config) {
+    config.io_engine = GetParam();
     auto engine = EngineContext::Create(catalog_, config, &Wrap);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? *std::move(engine) : nullptr;
@@ -184,7 +185,7 @@ class BackendFaultTest : public ::testing::Test {
   FaultPlan plan_;
 };
 
-TEST_F(BackendFaultTest, AShortReadWhoseRestIsPushedBackIsDeliveredOnceWhenTheRestArrives) {
+TEST_P(BackendFaultTest, AShortReadWhoseRestIsPushedBackIsDeliveredOnceWhenTheRestArrives) {
   auto engine = MakeEngineWithTwoSimpleSlots();
   ASSERT_NE(engine, nullptr);
   Delivery delivery;
@@ -196,7 +197,7 @@ TEST_F(BackendFaultTest, AShortReadWhoseRestIsPushedBackIsDeliveredOnceWhenTheRe
   ExpectSimpleSlotsIntact(*engine, 2);
 }
 
-TEST_F(BackendFaultTest, AShortReadWhoseRestFailsIsOneDataLossAndFreesItsSlotOnce) {
+TEST_P(BackendFaultTest, AShortReadWhoseRestFailsIsOneDataLossAndFreesItsSlotOnce) {
   auto engine = MakeEngineWithTwoSimpleSlots();
   ASSERT_NE(engine, nullptr);
   Delivery delivery;
@@ -210,7 +211,7 @@ TEST_F(BackendFaultTest, AShortReadWhoseRestFailsIsOneDataLossAndFreesItsSlotOnc
 // The case that used to count a piece twice: a generic read of many pieces, one of which comes
 // back short and has its rest held while the others complete. The read must not be delivered
 // (nor its slot reused) while that rest can still write into the buffer.
-TEST_F(BackendFaultTest, AGenericReadWaitsForEveryPieceIncludingARequeuedRest) {
+TEST_P(BackendFaultTest, AGenericReadWaitsForEveryPieceIncludingARequeuedRest) {
   EngineConfig config;
   config.generic_slots = 1;
   config.max_io_bytes = 4096;  // 64 KiB = 16 pieces
@@ -240,7 +241,7 @@ TEST_F(BackendFaultTest, AGenericReadWaitsForEveryPieceIncludingARequeuedRest) {
 
 // Many pieces in flight at once: eight generic reads of 257 pieces each. The completion queue is
 // sized for the most pieces the slots can have in flight, so none is lost.
-TEST_F(BackendFaultTest, EveryPieceOfManyLargeFragmentedReadsCompletes) {
+TEST_P(BackendFaultTest, EveryPieceOfManyLargeFragmentedReadsCompletes) {
   EngineConfig config;
   config.generic_slots = 8;
   config.max_io_bytes = 4096;
@@ -260,6 +261,10 @@ TEST_F(BackendFaultTest, EveryPieceOfManyLargeFragmentedReadsCompletes) {
     EXPECT_TRUE(d[i].data == Expected(i * (1 << 20) + 100, (1 << 20) - 100)) << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, BackendFaultTest,
+                         ::testing::Values(IoEngine::kIoUring, IoEngine::kPsync),
+                         [](const auto& info) { return std::string(IoEngineName(info.param)); });
 
 }  // namespace
 }  // namespace blockread::storage

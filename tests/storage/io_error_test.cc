@@ -1,7 +1,7 @@
 // EIO from a real block device: a loop device whose backing file lives on an XFS filesystem that
 // is then shut down (xfs_io shutdown), so every read of the loop device fails in the kernel with
 // EIO. The error is returned, names the device and offset, is counted, and other devices keep
-// working.
+// working. On both I/O engines.
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
 #include "storage/read_path.h"
@@ -14,7 +14,9 @@ namespace {
 using testing::FsType;
 using testing::ReadOnce;
 
-TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
+class IoErrorTest : public ::testing::TestWithParam<IoEngine> {};
+
+TEST_P(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
   if (!testing::RunCommand("command -v xfs_io").ok()) {
     GTEST_SKIP()
@@ -37,7 +39,9 @@ TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   auto catalog = std::make_unique<Catalog>();
   ASSERT_TRUE(catalog->AddWholeDevice("inner", (*inner)->path()).ok());
   ASSERT_TRUE(catalog->AddWholeDevice("other", other_image).ok());
-  auto engine = EngineContext::Create(*catalog, EngineConfig());
+  EngineConfig config;
+  config.io_engine = GetParam();
+  auto engine = EngineContext::Create(*catalog, config);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   testing::CompletedRead before = ReadOnce(**engine, "inner", 8192, 4096);
@@ -82,6 +86,10 @@ TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   engine->reset();
   catalog.reset();
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, IoErrorTest,
+                         ::testing::Values(IoEngine::kIoUring, IoEngine::kPsync),
+                         [](const auto& info) { return std::string(IoEngineName(info.param)); });
 
 }  // namespace
 }  // namespace blockread::storage

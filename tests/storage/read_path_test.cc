@@ -1,12 +1,14 @@
 // The read paths on real loop devices with real ext4 and XFS files: thousands of random reads,
 // aligned and not, small and large, across extents, holes and EOF, byte for byte against pread
-// through the filesystem; which path served each read, and why it fell back.
+// through the filesystem; which path served each read, and why it fell back. Every case runs on
+// both I/O engines (io_uring and psync): the engine must not change a byte or a decision.
 #include "storage/read_path.h"
 
 #include <map>
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -91,7 +93,7 @@ std::vector<ReadRequest> RandomReads(const FileMap& map, int count, std::mt19937
   return reads;
 }
 
-class ReadPathTest : public ::testing::TestWithParam<FsType> {
+class ReadPathTest : public ::testing::TestWithParam<std::tuple<FsType, IoEngine>> {
  protected:
   static void SetUpTestSuite() {
     if (!testing::LoopDevicesUnavailableReason().empty()) return;
@@ -110,13 +112,16 @@ class ReadPathTest : public ::testing::TestWithParam<FsType> {
     if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) {
       GTEST_SKIP() << why;
     }
-    ASSERT_TRUE(filesystems_.count(GetParam())) << "suite setup failed";
-    root_ = filesystems_.at(GetParam())->root();
+    ASSERT_TRUE(filesystems_.count(fs_type())) << "suite setup failed";
+    root_ = filesystems_.at(fs_type())->root();
     for (const std::string& name : testing::kShapes) {
       ASSERT_TRUE(catalog_.ImportFile(name, root_ + "/" + name).ok()) << name;
     }
   }
+  FsType fs_type() const { return std::get<0>(GetParam()); }
+  IoEngine io_engine() const { return std::get<1>(GetParam()); }
   std::unique_ptr<EngineContext> MakeEngine(EngineConfig config = EngineConfig()) {
+    config.io_engine = io_engine();
     auto engine = EngineContext::Create(catalog_, config);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? *std::move(engine) : nullptr;
@@ -327,7 +332,10 @@ TEST_P(ReadPathTest, RetainedBufferStaysValidUntilReleased) {
   engine->Release(kept.result.handle);
 }
 
-TEST_P(ReadPathTest, IoPollProbeDemotesDevicesWithoutPollQueues) {
+// The IOPOLL probe is the io_uring engine's alone.
+class UringReadPathTest : public ReadPathTest {};
+
+TEST_P(UringReadPathTest, IoPollProbeDemotesDevicesWithoutPollQueues) {
   // Loop devices have no poll queues: the IOPOLL probe read fails (EOPNOTSUPP) and the device is
   // demoted to interrupt mode; reads still work.
   EngineConfig config;
@@ -346,19 +354,36 @@ TEST_P(ReadPathTest, IoPollProbeDemotesDevicesWithoutPollQueues) {
   EXPECT_TRUE(read.data == *testing::ReadFileRange(root_ + "/big", 0, 4096));
 }
 
-INSTANTIATE_TEST_SUITE_P(Filesystems, ReadPathTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
-                         [](const auto& info) { return testing::FsTypeName(info.param); });
+std::string FsAndEngineName(const ::testing::TestParamInfo<std::tuple<FsType, IoEngine>>& info) {
+  return absl::StrCat(testing::FsTypeName(std::get<0>(info.param)), "_",
+                      IoEngineName(std::get<1>(info.param)));
+}
+INSTANTIATE_TEST_SUITE_P(FilesystemsAndEngines, ReadPathTest,
+                         ::testing::Combine(::testing::Values(FsType::kExt4, FsType::kXfs),
+                                            ::testing::Values(IoEngine::kIoUring,
+                                                              IoEngine::kPsync)),
+                         FsAndEngineName);
+INSTANTIATE_TEST_SUITE_P(Filesystems, UringReadPathTest,
+                         ::testing::Combine(::testing::Values(FsType::kExt4, FsType::kXfs),
+                                            ::testing::Values(IoEngine::kIoUring)),
+                         FsAndEngineName);
 
 // A regular file used as the device (the embedded default), served whole: no root needed.
-TEST(WholeDeviceReadTest, RegularFileAsDevice) {
+class WholeDeviceReadTest : public ::testing::TestWithParam<IoEngine> {};
+
+TEST_P(WholeDeviceReadTest, RegularFileAsDevice) {
   TempDir dir;
   const std::string path = dir.path() + "/disk.img";
   const std::vector<char> bytes = testing::RandomBytes(8 * kMiB, 3);
   ASSERT_TRUE(testing::WriteAt(path, 0, bytes, true).ok());
   Catalog catalog;
   ASSERT_TRUE(catalog.AddWholeDevice("disk", path).ok());
-  auto engine = EngineContext::Create(catalog, EngineConfig());
+  EngineConfig config;
+  config.io_engine = GetParam();
+  auto engine = EngineContext::Create(catalog, config);
   ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->backend(0),
+            GetParam() == IoEngine::kPsync ? BackendKind::kPsync : BackendKind::kUringInterrupt);
   std::mt19937_64 rng(5);
   std::vector<ReadRequest> reads;
   for (int i = 0; i < 2000; ++i) {
@@ -389,7 +414,12 @@ TEST(WholeDeviceReadTest, RegularFileAsDevice) {
   stats.Add((*engine)->stats());
   EXPECT_GT(stats.path(ReadPathKind::kSimple).requests, 800u);
   EXPECT_GT(stats.path(ReadPathKind::kGeneric).requests, 800u);
+  EXPECT_EQ(stats.devices[0].workers_by_backend[static_cast<int>((*engine)->backend(0))], 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, WholeDeviceReadTest,
+                         ::testing::Values(IoEngine::kIoUring, IoEngine::kPsync),
+                         [](const auto& info) { return std::string(IoEngineName(info.param)); });
 
 }  // namespace
 }  // namespace blockread::storage

@@ -23,7 +23,7 @@ std::string DenyIoUringBinary() { return BLOCKREAD_DENY_IO_URING_BINARY; }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     std::vector<std::string> args, const std::string& log_path, int timeout_s,
-    const client::ClientOptions& connection) {
+    const std::vector<std::string>& runner, const client::ClientOptions& connection) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
   std::unique_ptr<ServerProcess> server(new ServerProcess());
@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   const bool health_endpoint = std::any_of(args.begin(), args.end(), [](const std::string& a) {
     return a.starts_with("--health_listen=") || a.starts_with("--health-listen=");
   });
+  args.insert(args.begin(), runner.begin(), runner.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

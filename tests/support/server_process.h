@@ -18,9 +18,11 @@ class ServerProcess {
   // Starts the server binary with `args` plus --listen=127.0.0.1:0 (and
   // --metrics_listen=127.0.0.1:0 unless `args` set it) and waits until it prints its ports and
   // answers health SERVING (at most `timeout_s`), asked over `connection` (its credentials, for a
-  // TLS server). stderr goes to `log_path`.
+  // TLS server). stderr goes to `log_path`. `runner`, if given, is a program and its arguments
+  // that run the server (e.g. DenyIoUringBinary()).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> args, const std::string& log_path, int timeout_s = 60,
+      const std::vector<std::string>& runner = {},
       const client::ClientOptions& connection = client::ClientOptions());
   ~ServerProcess();
 
