@@ -11,9 +11,15 @@ packages=(
   libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
   libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
+  # tests: devices that stall or fail on demand (nbdkit filters, exposed as a file by nbdfuse)
+  nbdkit libnbd-bin fuse3
   # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against
   qemu-utils jq valgrind
 )
+# deploy tests (tests/deploy): manifests parsed as YAML, podman's default seccomp profile that
+# deploy/seccomp-io_uring.json extends, systemd-analyze; Debian's kubectl only where there is none.
+packages+=(python3-yaml golang-github-containers-common systemd)
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -151,13 +151,7 @@ void ReadBlockCall::FinishWith(const grpc::Status& status) {
 }
 
 void ReadBlockCall::FinishWith(const grpc::Status& status, const grpc::ByteBuffer& response) {
-  if (!may_start_operations()) return;
-  CountFinish(status.error_code());
-  if (status.ok()) {
-    responder_.Finish(response, status, Op(finish_tag_));  // takes its own reference to the slices
-  } else {
-    responder_.FinishWithError(status, Op(finish_tag_));
-  }
+  FinishUnary(responder_, response, status, finish_tag_);  // takes its own references to the slices
 }
 
 // ---------------------------------------------------------------------------------------------

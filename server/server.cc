@@ -16,7 +16,6 @@
 #include "storage/manifest.h"
 
 namespace blockread::server {
-namespace {}  // namespace
 
 absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catalog& catalog) {
   for (const std::string& spec : config.device()) {
@@ -40,7 +39,7 @@ absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catal
 BlockReadServer::BlockReadServer(const v1::ServerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
-    const v1::ServerConfig& config) {
+    const v1::ServerConfig& config, bool worker_threads) {
   std::unique_ptr<BlockReadServer> server(new BlockReadServer(config));
   if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
   auto cpus = ParseCpuList(server->config_.cpus());
@@ -78,11 +77,13 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
         std::make_unique<Worker>(static_cast<int>(i), (*cpus)[i], shared, std::move(queues[i])));
     shared.workers.push_back(server->workers_.back().get());
   }
-  for (Worker* worker : shared.workers) worker->Start();
   absl::Status failure;
-  for (Worker* worker : shared.workers) {
-    absl::Status ready = worker->WaitUntilReady();
-    if (failure.ok() && !ready.ok()) failure = ready;
+  if (worker_threads) {
+    for (Worker* worker : shared.workers) worker->Start();
+    for (Worker* worker : shared.workers) {
+      absl::Status ready = worker->WaitUntilReady();
+      if (failure.ok() && !ready.ok()) failure = ready;
+    }
   }
   if (!failure.ok()) {
     server->Shutdown();

@@ -26,7 +26,11 @@ class BlockReadServer {
   // Everything up and serving (health SERVING) on return, or the first error: a source that does
   // not open, an address that cannot be bound, a worker whose CPU or engine cannot be set up.
   // `config` must be finalized (see server/config.h).
-  static absl::StatusOr<std::unique_ptr<BlockReadServer>> Start(const v1::ServerConfig& config);
+  //
+  // `worker_threads` false is for tests that step the workers themselves: no thread is started,
+  // and the test calls worker(i).Setup() and then PollOnce() on a thread of its own.
+  static absl::StatusOr<std::unique_ptr<BlockReadServer>> Start(const v1::ServerConfig& config,
+                                                                bool worker_threads = true);
   ~BlockReadServer();
 
   // The port actually bound (differs from the configured one when that is 0).
@@ -34,6 +38,7 @@ class BlockReadServer {
   // The /metrics port actually bound; 0 when metrics are off.
   int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
   const storage::Catalog& catalog() const { return catalog_; }
+  Worker& worker(size_t index) { return *workers_[index]; }
 
   // Graceful stop: health goes NOT_SERVING, no new RPCs are accepted, RPCs in flight get
   // shutdown_grace_ms to finish (then they are cancelled; reads already on the device still

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -19,10 +21,13 @@ namespace blockread::testing {
 
 std::string LoopDevicesUnavailableReason() {
   if (geteuid() != 0) return "needs root to attach loop devices and mount filesystems";
-  if (access("/dev/loop-control", R_OK | W_OK) != 0) return "no /dev/loop-control";
+  if (access("/dev/loop-control", R_OK | W_OK) != 0) {
+    return absl::StrCat("needs root and /dev/loop-control: ", strerror(errno));
+  }
   for (const char* tool : {"losetup", "mkfs.ext4", "mkfs.xfs"}) {
     if (!RunCommand(absl::StrCat("command -v ", tool)).ok()) {
-      return absl::StrCat(tool, " is not installed (tests/run.sh installs it)");
+      return absl::StrCat("needs root and ", tool,
+                          ", which is not installed (tests/run.sh installs it)");
     }
   }
   return "";
@@ -60,7 +65,11 @@ absl::StatusOr<std::unique_ptr<LoopDevice>> LoopDevice::Create(const std::string
                                                                uint64_t size_bytes,
                                                                uint32_t sector_size) {
   int image = open(image_path.c_str(), O_CREAT | O_WRONLY, 0600);
-  if (image < 0 || ftruncate(image, static_cast<off_t>(size_bytes)) != 0) {
+  struct stat st;
+  // Only resized when its size differs: some files (an nbdfuse disk) cannot be truncated.
+  if (image < 0 || fstat(image, &st) != 0 ||
+      (static_cast<uint64_t>(st.st_size) != size_bytes &&
+       ftruncate(image, static_cast<off_t>(size_bytes)) != 0)) {
     if (image >= 0) close(image);
     return absl::InternalError(absl::StrCat("cannot create image ", image_path));
   }

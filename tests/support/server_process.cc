@@ -19,6 +19,7 @@ namespace blockread::testing {
 
 std::string ServerBinary() { return BLOCKREAD_SERVER_BINARY; }
 std::string CliBinary() { return BLOCKREAD_CLI_BINARY; }
+std::string DenyIoUringBinary() { return BLOCKREAD_DENY_IO_URING_BINARY; }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
                                                                     const std::string& log_path,

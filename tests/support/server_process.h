@@ -45,6 +45,8 @@ class ServerProcess {
 // Where the built binaries are (set by CMake).
 std::string ServerBinary();
 std::string CliBinary();
+// tests/support/deny_io_uring.cc: runs a program with io_uring_setup blocked by seccomp.
+std::string DenyIoUringBinary();
 
 }  // namespace blockread::testing
 
