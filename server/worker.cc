@@ -37,6 +37,9 @@ Worker::~Worker() {
   // Every worker has stopped (the server joins them all first), so nobody reads our stats shard
   // any more. No read is in flight.
   stats_.store(nullptr, std::memory_order_release);
+  // Slots still lent to gRPC never come back to the engine; their memory lives until gRPC
+  // releases them (see SlotLender).
+  lender_.reset();
   engine_.reset();
 }
 
