@@ -7,9 +7,11 @@ namespace blockread::server {
 // One lendable slot's record. A loan is free (on the worker's free list), lent (a slice refers to
 // it), or released (on the ledger's list, waiting for the worker).
 struct SlotLender::Loan {
-  // Read by the releasing thread. Atomic because what orders the worker's writes before that
-  // thread's reads is inside gRPC, which ThreadSanitizer cannot see; relaxed is enough: `ledger`
-  // never changes after the lender is built, and `next` is published by the list's CAS.
+  // Read by the releasing thread. What orders the worker's lending before that thread's release
+  // is inside gRPC, which ThreadSanitizer cannot see (the library is not instrumented), so the
+  // worker publishes the loan itself: Lend() stores `ledger` with release and the callback loads
+  // it with acquire, which orders everything the worker did before (building the ledger, filling
+  // the buffer) before the callback. `next` is published by the list's CAS.
   std::atomic<Ledger*> ledger{nullptr};
   std::atomic<Loan*> next{nullptr};
   // Worker thread only.
@@ -49,11 +51,7 @@ SlotLender::SlotLender(storage::EngineContext& engine, const storage::EngineConf
   ledger_->loans.reset(new Loan[loan_count_]);
   ledger_->memory = engine.RetainBufferMemory();
   free_loans_.reserve(loan_count_);
-  for (uint32_t i = 0; i < loan_count_; ++i) {
-    Loan& loan = ledger_->loans[i];
-    loan.ledger.store(ledger_, std::memory_order_relaxed);
-    free_loans_.push_back(&loan);
-  }
+  for (uint32_t i = 0; i < loan_count_; ++i) free_loans_.push_back(&ledger_->loans[i]);
 }
 
 SlotLender::~SlotLender() { ledger_->Unref(); }
@@ -76,7 +74,8 @@ grpc::Slice SlotLender::Lend(const HeldSlot& slot, SlotAccount* account) {
   free_loans_.pop_back();
   loan->slot = slot;
   loan->account = account;
-  ledger_->refs.fetch_add(1, std::memory_order_relaxed);  // the slice's
+  ledger_->refs.fetch_add(1, std::memory_order_relaxed);   // the slice's
+  loan->ledger.store(ledger_, std::memory_order_release);  // see Loan::ledger
   // gRPC only reads the bytes; the slice API takes a non-const pointer.
   return grpc::Slice(const_cast<char*>(slot.data), slot.length, &OnSliceReleased, loan);
 }
@@ -84,7 +83,7 @@ grpc::Slice SlotLender::Lend(const HeldSlot& slot, SlotAccount* account) {
 void SlotLender::OnSliceReleased(void* arg) {
   // Any thread, possibly after the worker is gone: touch only the ledger.
   auto* loan = static_cast<Loan*>(arg);
-  Ledger* ledger = loan->ledger.load(std::memory_order_relaxed);
+  Ledger* ledger = loan->ledger.load(std::memory_order_acquire);
   Loan* head = ledger->released.load(std::memory_order_relaxed);
   do {
     loan->next.store(head, std::memory_order_relaxed);
