@@ -15,6 +15,11 @@ packages=(
   nbdkit libnbd-bin fuse3
   # benchmarks: qemu-nbd is the peer server tests/bench/compare.sh measures against
   qemu-utils jq valgrind
+  # Python client (client/python) and its tests: Debian's python3 with gRPC and protobuf (stubs
+  # from protoc + grpc_python_plugin, above), pytest, venv/pip/setuptools for the offline
+  # pip install test, openssl for test certificates, torch for blockread.torch (~150 MB)
+  python3 python3-grpcio python3-protobuf python3-pytest python3-venv python3-pip
+  python3-setuptools openssl python3-torch
 )
 # deploy tests (tests/deploy): manifests parsed as YAML, podman's default seccomp profile that
 # deploy/seccomp-io_uring.json extends, systemd-analyze; Debian's kubectl only where there is none.

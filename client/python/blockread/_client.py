@@ -1,0 +1,433 @@
+"""blockread.Client: reads, listings and stats from a blockread server over gRPC."""
+
+import dataclasses
+import ipaddress
+import os
+import threading
+import warnings
+
+import grpc
+
+from blockread import errors
+from blockread._proto.blockread.v1 import blockread_pb2 as pb
+from blockread._proto.blockread.v1 import blockread_pb2_grpc as pb_grpc
+
+DEFAULT_TARGET = "127.0.0.1:7420"
+# A method's `timeout` when not given: the Client's. (None means no deadline.)
+_DEFAULT = object()
+# The server's default max_read_bytes (storage/engine_config.h). The server does not announce its
+# limit; a client of a server run with --max-read-bytes passes that value where it matters
+# (BlockReadDataset's whole-file pieces).
+DEFAULT_MAX_READ_BYTES = 1 << 20
+
+# Channel arguments, the C++ client's (client/blockread_client.cc) and for the same reasons.
+_CHANNEL_OPTIONS = [
+    # Reads up to max_read_bytes, and stream messages that gather several results.
+    ("grpc.max_receive_message_length", 64 << 20),
+    # Each Client its own TCP connection, not one shared by every channel with equal arguments.
+    ("grpc.use_local_subchannel_pool", 1),
+    # A 64 KiB stream window makes every 128 KiB response wait for a WINDOW_UPDATE round trip.
+    ("grpc.http2.lookahead_bytes", 8 << 20),
+    ("grpc.http2.max_frame_size", 1 << 20),
+    # A long stream to a server that vanished without a FIN fails instead of waiting forever.
+    # The server accepts pings every 5 s (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS).
+    ("grpc.keepalive_time_ms", 30000),
+    ("grpc.keepalive_timeout_ms", 10000),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInfo:
+    """A served file, as StatFile and ListFiles describe it.
+
+    name: the name reads use. size: bytes. block_size: the alignment a read needs for the simple
+    path. extents: how many extents the file has. source: how it is served, "WHOLE_DEVICE",
+    "MANIFEST", "FIEMAP" (read from the raw device) or "FILE_ROUTE" (through the file itself).
+    devices: the server's names of the devices holding it.
+    """
+
+    name: str
+    size: int
+    block_size: int
+    extents: int
+    source: str
+    devices: tuple = ()
+
+    @classmethod
+    def from_proto(cls, info):
+        return cls(name=info.name, size=info.size, block_size=info.block_size,
+                   extents=info.extent_count, source=pb.FileSource.Name(info.source),
+                   devices=tuple(info.devices))
+
+
+def _read_credential(value):
+    """A PEM given as bytes, or the path of a file holding it."""
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(os.fspath(value), "rb") as f:
+        return f.read()
+
+
+def _is_loopback(target):
+    host = target.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Connection:
+    """One process's channel and stubs. gRPC channels do not survive fork(): a Client keeps one
+    of these per pid and makes a new one when it finds itself in a child."""
+
+    def __init__(self, target, credentials, options):
+        if credentials is None:
+            self.channel = grpc.insecure_channel(target, options=options)
+        else:
+            self.channel = grpc.secure_channel(target, credentials, options=options)
+        self.stub = pb_grpc.BlockReadStub(self.channel)
+        self.pid = os.getpid()
+        self._health = None
+
+    def health_stub(self):
+        if self._health is None:
+            self._health = _health_modules()[1].HealthStub(self.channel)
+        return self._health
+
+
+def _health_modules():
+    """(health_pb2, health_pb2_grpc) for grpc.health.v1, imported on first use.
+
+    A process's protobuf descriptor pool holds one definition of grpc.health.v1: when
+    grpcio-health-checking is installed its modules (grpc_health.v1) are used, so an application
+    that imports them too still can; otherwise the package's own (blockread._proto.grpc.health.v1).
+    """
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError:
+        from blockread._proto.grpc.health.v1 import health_pb2, health_pb2_grpc
+    return health_pb2, health_pb2_grpc
+
+
+class Client:
+    """A connection to one blockread server.
+
+    target: "host:port" (default 127.0.0.1:7420).
+    token: a bearer token, sent with every call as `authorization: Bearer <token>`.
+    ca, cert, key: PEM bytes or file paths. Any of them turns TLS on: `ca` verifies the server
+      (the system's roots when None), `cert` and `key` are the client's certificate for mTLS.
+    tls: True for TLS with the system's roots and no client certificate; None (default) means
+      "TLS if ca, cert or key is given".
+    server_name: the name the server's certificate must carry, when it is not the target's host.
+    timeout: seconds allowed for each call (read, stat, ls, ... and a whole read_many); None for
+      no deadline. Every method also takes its own `timeout=`.
+    depth, batch: read_many's default reads in flight on its stream and reads per stream message.
+    max_read_bytes: the server's largest read (its --max-read-bytes); only splitting whole files
+      into pieces uses it.
+
+    Thread-safe: any number of threads may call one Client. Fork-safe: a Client made (and used)
+    in a parent works in forked children (DataLoader workers), which make their own channels.
+    Picklable: the pickle holds the settings, not the connection.
+    """
+
+    def __init__(self, target=DEFAULT_TARGET, *, token=None, ca=None, cert=None, key=None,
+                 tls=None, server_name=None, timeout=10.0, depth=64, batch=16,
+                 max_read_bytes=DEFAULT_MAX_READ_BYTES):
+        if not isinstance(target, str) or not target:
+            raise TypeError(f"target must be a 'host:port' string, not {target!r}")
+        if (cert is None) != (key is None):
+            raise ValueError("cert and key go together (the client's certificate and its key)")
+        if depth < 1 or batch < 1:
+            raise ValueError("depth and batch must be at least 1")
+        self._settings = dict(target=target, token=token, ca=_read_credential(ca),
+                              cert=_read_credential(cert), key=_read_credential(key), tls=tls,
+                              server_name=server_name, timeout=timeout, depth=depth, batch=batch,
+                              max_read_bytes=max_read_bytes)
+        self._setup()
+
+    def _setup(self):
+        s = self._settings
+        self.target = s["target"]
+        self.timeout = s["timeout"]
+        self.depth = s["depth"]
+        self.batch = s["batch"]
+        self.max_read_bytes = s["max_read_bytes"]
+        tls = s["tls"] if s["tls"] is not None else any(
+            s[k] is not None for k in ("ca", "cert", "key"))
+        self._credentials = None
+        if tls:
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=s["ca"], private_key=s["key"], certificate_chain=s["cert"])
+        elif s["token"] is not None and not _is_loopback(self.target):
+            warnings.warn(f"blockread: the token goes to {self.target} in plaintext (no TLS)",
+                          stacklevel=3)
+        self._metadata = (("authorization", f"Bearer {s['token']}"),) if s["token"] else None
+        self._options = list(_CHANNEL_OPTIONS)
+        if s["server_name"]:
+            self._options.append(("grpc.ssl_target_name_override", s["server_name"]))
+        self._lock = threading.Lock()
+        self._connection = None
+        # Channels inherited from a parent process: kept, never closed or collected here, since
+        # tearing them down in the child could touch state the parent still uses.
+        self._inherited = []
+
+    def __getstate__(self):
+        return dict(self._settings)
+
+    def __setstate__(self, settings):
+        self._settings = settings
+        self._setup()
+
+    def __repr__(self):
+        return f"blockread.Client({self.target!r})"
+
+    def _conn(self):
+        connection = self._connection
+        if connection is not None and connection.pid == os.getpid():
+            return connection
+        with self._lock:
+            connection = self._connection
+            if connection is None or connection.pid != os.getpid():
+                if connection is not None:
+                    self._inherited.append(connection)
+                connection = _Connection(self.target, self._credentials, self._options)
+                self._connection = connection
+            return connection
+
+    def _unary(self, method, request, timeout):
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is _DEFAULT else timeout
+
+    def close(self):
+        """Closes this process's channel. The Client makes a new one if it is used again."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None and connection.pid == os.getpid():
+            connection.channel.close()
+
+    def __del__(self):
+        # With GRPC_ENABLE_FORK_SUPPORT, grpcio keeps every channel in a registry until it is
+        # closed, so a channel is never collected on its own; one left to a server that went
+        # away makes every later fork()ed child exit with status 64 (gRPC cannot shut down in
+        # it). Close ours when the Client goes.
+        try:
+            connection = self._connection
+            if connection is not None and connection.pid == os.getpid():
+                connection.channel.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown, a half-made Client
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- Reads ---
+
+    def read(self, file, offset, length, *, timeout=_DEFAULT):
+        """`length` bytes of `file` from `offset`: fewer when the read runs past the end of the
+        file, none at exactly the end. One ReadBlock RPC; `length` must be 1 .. the server's
+        max_read_bytes. Raises a blockread.Error subclass (NotFound, OutOfRange, ...)."""
+        request = pb.ReadBlockRequest(file=file, offset=offset, length=length)
+        return self._unary(self._conn().stub.ReadBlock, request,
+                           self._timeout(timeout)).data
+
+    def read_many(self, reads, *, timeout=_DEFAULT, depth=None, batch=None):
+        """The bytes of every (file, offset, length) in `reads`, as a list in request order.
+
+        One ReadBlocks stream, `batch` reads to a message, at most `depth` reads in flight (the
+        Client's defaults when None). A read that fails raises its error with `.index` set to its
+        position in `reads`; the others are abandoned (the stream is cancelled). A failure of the
+        stream itself (server unreachable, deadline) raises with `.index` None. `timeout`: the
+        whole call's deadline in seconds (default: the Client's timeout).
+        """
+        reads = list(reads)
+        results = [None] * len(reads)
+        if not reads:
+            return results
+        for index, data in self._stream(reads, self._timeout(timeout),
+                                        depth, batch):
+            results[index] = data
+        return results
+
+    def read_iter(self, reads, *, depth=None, batch=None, timeout=None):
+        """Yields the bytes of each (file, offset, length) of the iterable `reads`, in order.
+
+        Like read_many, over one stream, but lazy: `reads` may be a generator of any length, and
+        at most `depth` reads are in flight or waiting to be yielded, so memory stays bounded.
+        `timeout` (default None: none) bounds the whole stream. Stopping the iteration early
+        cancels the stream.
+        """
+        for _, data in self._stream(reads, timeout, depth, batch):
+            yield data
+
+    def _stream(self, reads, timeout, depth, batch):
+        """Yields (index, bytes) in request order; see read_many."""
+        stream = _ReadStream(reads, depth or self.depth, batch or self.batch)
+        call = self._conn().stub.ReadBlocks(stream.requests(), timeout=timeout,
+                                            metadata=self._metadata)
+        try:
+            yield from stream.results(call)
+        finally:
+            stream.stop()
+            call.cancel()  # a no-op once the stream has ended
+
+    # --- Files and the server ---
+
+    def stat(self, file, *, timeout=_DEFAULT):
+        """The FileInfo of `file`. Raises NotFound for an unknown name."""
+        return FileInfo.from_proto(self._unary(self._conn().stub.StatFile,
+                                               pb.StatFileRequest(file=file),
+                                               self._timeout(timeout)))
+
+    def ls(self, *, page_size=1000, timeout=_DEFAULT):
+        """Every served file, in name order, as FileInfo (all pages; `timeout` is per page)."""
+        files, token = [], ""
+        while True:
+            response = self._unary(self._conn().stub.ListFiles,
+                                   pb.ListFilesRequest(page_size=page_size, page_token=token),
+                                   self._timeout(timeout))
+            files.extend(FileInfo.from_proto(info) for info in response.files)
+            token = response.next_page_token
+            if not token:
+                return files
+
+    def stats(self, *, timeout=_DEFAULT):
+        """The server's statistics: a blockread.pb.GetStatsResponse message (per path, per
+        fallback reason, per device, per worker; see proto/blockread/v1/blockread.proto)."""
+        return self._unary(self._conn().stub.GetStats, pb.GetStatsRequest(),
+                           self._timeout(timeout))
+
+    def explain(self, file, offset, length, *, timeout=_DEFAULT):
+        """Which extents the range touches and which path a read of it would take, and why: a
+        blockread.pb.ExplainResponse message (`.path`, `.fallback` are enum numbers; use
+        blockread.pb.ReadPath.Name() and blockread.pb.FallbackReason.Name() for names)."""
+        return self._unary(self._conn().stub.Explain,
+                           pb.ExplainRequest(file=file, offset=offset, length=length),
+                           self._timeout(timeout))
+
+    def health(self, service="", *, timeout=_DEFAULT):
+        """The grpc.health.v1 status of `service` ("" = the server) as a name: "SERVING", ..."""
+        health_pb2 = _health_modules()[0]
+        response = self._unary(self._conn().health_stub().Check,
+                               health_pb2.HealthCheckRequest(service=service),
+                               self._timeout(timeout))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+class _ReadStream:
+    """The bookkeeping of one ReadBlocks stream.
+
+    gRPC's own thread pulls request messages from requests() while the caller's thread consumes
+    results(). Item i is sent only once every item before i - depth has been handed to the caller,
+    which bounds both the reads in flight and the results waiting for an earlier one.
+    """
+
+    def __init__(self, reads, depth, batch):
+        self._reads = iter(reads)
+        self._depth = depth
+        self._batch = min(batch, depth)
+        self._cond = threading.Condition()
+        self._released = 0    # items handed to the caller
+        self._end = None      # the number of items, once the input is exhausted or failed
+        self._stopped = False
+        self._input_error = None  # raised to the caller once the items before it are handed
+
+    def stop(self):
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _fail_input(self, index, error):
+        with self._cond:
+            self._input_error = error
+            self._end = index
+            self._cond.notify_all()
+
+    def requests(self):
+        index = 0
+        while True:
+            with self._cond:
+                # Wait for room for a full batch: depth >= batch, so there always is once the
+                # caller has taken everything sent.
+                while not self._stopped and self._released + self._depth - index < self._batch:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+            request = pb.ReadBlocksRequest()
+            failed = False
+            for _ in range(self._batch):
+                try:
+                    item = next(self._reads, None)
+                except Exception as e:  # noqa: BLE001 - the caller's iterable failed: theirs
+                    self._fail_input(index, e)
+                    failed = True
+                    break
+                if item is None:
+                    break
+                try:
+                    file, offset, length = item
+                    request.reads.add(tag=index, file=file, offset=offset, length=length)
+                except (TypeError, ValueError) as e:
+                    self._fail_input(index, errors.InvalidArgument(
+                        f"read {item!r}: {e}; want (file, offset, length)", index=index))
+                    failed = True
+                    break
+                index += 1
+            last = failed or len(request.reads) < self._batch
+            if last and not failed:
+                with self._cond:
+                    self._end = index
+                    self._cond.notify_all()
+            if request.reads:
+                yield request
+            if last:
+                return
+
+    def results(self, call):
+        pending = {}
+        next_index = 0
+        try:
+            for response in call:
+                for result in response.results:
+                    if result.code != 0:
+                        raise errors.from_code(result.code, result.error_message,
+                                               index=result.tag)
+                    pending[result.tag] = result.data
+                if next_index in pending:
+                    while next_index in pending:
+                        yield next_index, pending.pop(next_index)
+                        next_index += 1
+                    with self._cond:
+                        self._released = next_index
+                        self._cond.notify_all()
+                with self._cond:
+                    end, input_error = self._end, self._input_error
+                if end is not None and next_index >= end:
+                    if input_error is not None:
+                        raise input_error
+                    # Every read answered: let the server end the stream (it does once it has
+                    # seen the half-close), so the call finishes OK rather than cancelled.
+                    for _ in call:
+                        pass
+                    return
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        with self._cond:
+            end, input_error = self._end, self._input_error
+        if end is not None and next_index >= end:
+            if input_error is not None:
+                raise input_error
+            return
+        expected = end if end is not None else "more"
+        raise errors.Error(f"the server ended the stream after {next_index} of {expected} reads",
+                           code=grpc.StatusCode.INTERNAL)
+
