@@ -40,10 +40,6 @@ void CountSlotWait(Worker& worker) {
   if (worker.lender().held() > 0) worker.mutable_counters().slot_waits.Add(1);
 }
 
-HeldSlot HeldSlotOf(const storage::ReadResult& result) {
-  return HeldSlot{result.handle, result.path, result.data, result.length};
-}
-
 template <typename Message>
 bool Parse(grpc::ByteBuffer& buffer, Message* message) {
   return grpc::SerializationTraits<Message>::Deserialize(&buffer, message).ok();

@@ -44,6 +44,11 @@ struct HeldSlot {
   uint64_t length = 0;
 };
 
+// The slot of `result`, delivered to a callback that keeps it (returns true).
+inline HeldSlot HeldSlotOf(const storage::ReadResult& result) {
+  return HeldSlot{result.handle, result.path, result.data, result.length};
+}
+
 // The slots one call holds for sending (gathered results and slices in gRPC's hands), so each
 // call is bounded. Owned by the call; worker thread only. The call must Close() it with the lender
 // before it goes.
@@ -90,7 +95,7 @@ class SlotLender {
 
   // Slots held for sending on this worker, both paths.
   uint32_t held() const { return held_[0] + held_[1]; }
-  // The bounds, per path (for tests and the log).
+  // The bounds, per path (for tests).
   uint32_t account_limit(storage::ReadPathKind path) const {
     return account_limit_[static_cast<int>(path)];
   }

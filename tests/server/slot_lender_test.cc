@@ -16,7 +16,6 @@ namespace {
 
 using storage::ReadPathKind;
 using storage::ReadResult;
-using storage::StartOutcome;
 
 constexpr uint64_t kDiskBytes = 8 << 20;
 
@@ -36,21 +35,9 @@ class SlotLenderTest : public ::testing::Test {
 
   // Reads [offset, offset + length) and keeps the slot, as a zero-copy response does.
   HeldSlot ReadAndKeep(uint64_t offset, uint64_t length) {
-    struct Kept {
-      ReadResult result;
-      bool done = false;
-    } kept;
-    auto keep = [](void* context, const ReadResult& result) {
-      auto* k = static_cast<Kept*>(context);
-      k->result = result;
-      k->done = true;
-      return true;
-    };
-    EXPECT_EQ(testing::StartRead(*engine_, "disk", offset, length, keep, &kept),
-              StartOutcome::kQueued);
-    while (!kept.done) engine_->PollOnce();
-    EXPECT_TRUE(kept.result.status.ok()) << kept.result.status;
-    return HeldSlot{kept.result.handle, kept.result.path, kept.result.data, kept.result.length};
+    const ReadResult result = testing::ReadAndKeep(*engine_, "disk", offset, length);
+    EXPECT_TRUE(result.status.ok()) << result.status;
+    return HeldSlotOf(result);
   }
 
   std::string Expected(uint64_t offset, uint64_t length) const {
