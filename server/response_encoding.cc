@@ -20,18 +20,19 @@ void AppendSerialized(const google::protobuf::MessageLite& message, size_t size,
   message.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
 }
 
-}  // namespace
-
-size_t LengthDelimitedHeaderSize(int field, uint64_t length) {
-  return CodedOutputStream::VarintSize32(LengthDelimitedTag(field)) +
-         CodedOutputStream::VarintSize64(length);
-}
-
+// Appends the tag and length of length-delimited field `field` carrying `length` bytes.
 void AppendLengthDelimitedHeader(int field, uint64_t length, std::string* out) {
   uint8_t header[2 * 10];  // two varints of at most 10 bytes
   uint8_t* end = CodedOutputStream::WriteVarint32ToArray(LengthDelimitedTag(field), header);
   end = CodedOutputStream::WriteVarint64ToArray(length, end);
   out->append(reinterpret_cast<const char*>(header), static_cast<size_t>(end - header));
+}
+
+}  // namespace
+
+size_t LengthDelimitedHeaderSize(int field, uint64_t length) {
+  return CodedOutputStream::VarintSize32(LengthDelimitedTag(field)) +
+         CodedOutputStream::VarintSize64(length);
 }
 
 void AppendMessageWithData(const google::protobuf::MessageLite& message, int data_field,

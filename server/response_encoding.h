@@ -21,8 +21,6 @@ namespace blockread::server {
 
 // Bytes of the tag and length of length-delimited field `field` carrying `length` bytes.
 size_t LengthDelimitedHeaderSize(int field, uint64_t length);
-// Appends that tag and length to `out`.
-void AppendLengthDelimitedHeader(int field, uint64_t length, std::string* out);
 
 // Appends `message` serialized, then the header of its length-delimited field `data_field` for
 // `data_length` bytes that the caller sends right after. REQUIRES: `message` leaves `data_field`
