@@ -146,7 +146,9 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
          {"idle_s", static_cast<double>(w.idle_ns()) / 1e9},
          {"empty_polls", w.empty_polls()},
          {"busy_share", busy + idle ? static_cast<double>(busy) / (busy + idle) : 0.0},
-         {"empty_polls_per_s", rate(w.empty_polls() - (old ? old->empty_polls() : 0))}});
+         {"empty_polls_per_s", rate(w.empty_polls() - (old ? old->empty_polls() : 0))},
+         {"slots_held", w.slots_held()},
+         {"slot_waits", w.slot_waits()}});
   }
   out["rpcs"] = nlohmann::json::array();
   for (const v1::RpcCount& r : now.rpcs()) {
@@ -191,13 +193,14 @@ std::string StatsViewText(const v1::GetStatsResponse& now, const v1::GetStatsRes
                           FormatBytes(d["bytes"].get<double>()), d["errors"].get<uint64_t>(),
                           d["inflight"].get<uint64_t>(), d["backend"].get<std::string>());
   }
-  absl::StrAppendFormat(&out, "\n%-7s %4s %12s %7s %14s\n", "worker", "cpu", "reads", "busy",
-                        "empty polls/s");
+  absl::StrAppendFormat(&out, "\n%-7s %4s %12s %7s %14s %11s %11s\n", "worker", "cpu", "reads",
+                        "busy", "empty polls/s", "slots held", "slot waits");
   for (const nlohmann::json& w : v["workers"]) {
-    absl::StrAppendFormat(&out, "%-7u %4u %12u %6.1f%% %14.0f\n", w["worker"].get<uint32_t>(),
-                          w["cpu"].get<uint32_t>(), w["reads"].get<uint64_t>(),
-                          100 * w["busy_share"].get<double>(),
-                          w["empty_polls_per_s"].get<double>());
+    absl::StrAppendFormat(&out, "%-7u %4u %12u %6.1f%% %14.0f %11u %11u\n",
+                          w["worker"].get<uint32_t>(), w["cpu"].get<uint32_t>(),
+                          w["reads"].get<uint64_t>(), 100 * w["busy_share"].get<double>(),
+                          w["empty_polls_per_s"].get<double>(), w["slots_held"].get<uint64_t>(),
+                          w["slot_waits"].get<uint64_t>());
   }
   return out;
 }

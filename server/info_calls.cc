@@ -15,7 +15,7 @@
 namespace blockread::server {
 namespace {
 
-using Service = v1::BlockRead::AsyncService;
+using Service = BlockReadService;
 
 constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
@@ -193,6 +193,8 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     out->set_busy_ns(worker->counters().busy_ns.Load());
     out->set_idle_ns(worker->counters().IdleNs(now_ns));
     out->set_empty_polls(worker->counters().empty_polls.Load());
+    out->set_slots_held(worker->counters().slots_held.Load());
+    out->set_slot_waits(worker->counters().slot_waits.Load());
     for (int method = 0; method < kRpcMethodCount; ++method) {
       for (int code = 0; code < storage::kStatusCodeCount; ++code) {
         rpcs[method][code] += worker->counters().rpcs[method][code].Load();

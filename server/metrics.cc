@@ -237,11 +237,21 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
   FamilyBuilder empty_polls(out, "blockread_worker_empty_polls_total",
                             "Worker loop turns that found no work: what polling costs.",
                             MetricType::Counter);
+  FamilyBuilder slots_held(out, "blockread_worker_slots_held",
+                           "Engine slots held for zero-copy responses (gathered or in gRPC's "
+                           "hands, not yet written to the socket).",
+                           MetricType::Gauge);
+  FamilyBuilder slot_waits(out, "blockread_worker_slot_waits_total",
+                           "Reads that waited for a free slot while some were held for "
+                           "zero-copy responses.",
+                           MetricType::Counter);
   for (const v1::WorkerStats& worker : stats.workers()) {
     const ClientMetric::Label label{"worker", absl::StrCat(worker.worker())};
     busy.Counter({label}, static_cast<double>(worker.busy_ns()) / kNsPerSecond);
     idle.Counter({label}, static_cast<double>(worker.idle_ns()) / kNsPerSecond);
     empty_polls.Counter({label}, static_cast<double>(worker.empty_polls()));
+    slots_held.Gauge({label}, static_cast<double>(worker.slots_held()));
+    slot_waits.Counter({label}, static_cast<double>(worker.slot_waits()));
   }
   // Every method with code OK, at 0 until it has been called; then whatever the stats list.
   struct RpcSeries {

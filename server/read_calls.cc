@@ -1,21 +1,24 @@
 #include "server/read_calls.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
 #include "proto/wire/crc32c.h"
 #include "server/proto_conversions.h"
+#include "server/response_encoding.h"
 #include "server/status_mapping.h"
 #include "storage/clock.h"
 
 namespace blockread::server {
 namespace {
 
-// Fills the fields ReadBlockResponse and ReadResult share from a successful engine result.
+// Fills the fields ReadBlockResponse and ReadResult share from a successful engine result, all but
+// the data.
 template <typename Message>
 void FillFromResult(Message& message, const storage::ReadResult& result, bool want_crc32c,
                     uint64_t arrival_ns) {
-  message.set_data(result.data, result.length);
   message.set_path(ToProto(result.path));
   message.set_fallback(ToProto(result.path, result.fallback));
   if (want_crc32c) message.set_crc32c(wire::Crc32c(result.data, result.length));
@@ -29,6 +32,17 @@ absl::Status QueueFull(Worker& worker) {
   return absl::ResourceExhaustedError(absl::StrFormat(
       "server overloaded: worker %d already holds max_queued_reads = %u waiting reads",
       worker.index(), worker.shared().config.max_queued_reads()));
+}
+
+// A read found the engine's slots busy: count it when gRPC holds some of them (zero-copy responses
+// not yet released, e.g. to slow clients), so the pool can be sized for them.
+void CountSlotWait(Worker& worker) {
+  if (worker.lender().held() > 0) worker.mutable_counters().slot_waits.Add(1);
+}
+
+template <typename Message>
+bool Parse(grpc::ByteBuffer& buffer, Message* message) {
+  return grpc::SerializationTraits<Message>::Deserialize(&buffer, message).ok();
 }
 
 storage::ReadRequest EngineRequest(const std::string& file, uint64_t offset, uint64_t length,
@@ -51,13 +65,17 @@ void ReadBlockCall::Post(Worker& worker) { new ReadBlockCall(worker); }
 ReadBlockCall::ReadBlockCall(Worker& worker)
     : Call(worker, RpcMethod::kReadBlock), responder_(&context_) {
   RequestCall([&](void* tag) {
-    worker_.shared().service.RequestReadBlock(&context_, &request_, &responder_, worker_.queue(),
-                                              worker_.queue(), tag);
+    worker_.shared().service.RequestReadBlock(&context_, &request_buffer_, &responder_,
+                                              worker_.queue(), worker_.queue(), tag);
   });
 }
 
 void ReadBlockCall::OnRequest() {
   arrival_ns_ = storage::MonotonicNowNs();
+  if (!Parse(request_buffer_, &request_)) {
+    FinishWith(ToGrpcStatus(absl::InvalidArgumentError("malformed ReadBlockRequest")));
+    return;
+  }
   if (!identity().MayRead(request_.file())) {
     FinishWith(ToGrpcStatus(ReadDenied(identity(), request_.file())));
     return;
@@ -65,6 +83,7 @@ void ReadBlockCall::OnRequest() {
   AdmissionQueue& admission = worker_.admission();
   // Behind the reads already waiting: a newcomer never overtakes them.
   if (admission.empty() && TryStart()) return;
+  CountSlotWait(worker_);
   if (admission.Push(wait_list_, *this)) {
     Hold();  // waiting for admission
     return;
@@ -98,21 +117,42 @@ bool ReadBlockCall::TryStart() {
 bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result) {
   auto* call = static_cast<ReadBlockCall*>(context);
   call->worker_.mutable_counters().reads.Add(1);
+  bool keep_slot = false;
   if (!call->cancelled()) {
     if (!result.status.ok()) {
       call->FinishWith(
           ToGrpcStatus(ReadFailed(call->request_.file(), call->request_.offset(), result.status)));
     } else {
-      FillFromResult(call->response_, result, call->request_.want_crc32c(), call->arrival_ns_);
-      call->FinishWith(grpc::Status::OK);
+      v1::ReadBlockResponse response;
+      FillFromResult(response, result, call->request_.want_crc32c(), call->arrival_ns_);
+      SlotLender& lender = call->worker_.lender();
+      grpc::ByteBuffer buffer;
+      if (result.length >= kMinZeroCopyBytes && lender.TryHold(result.path, nullptr)) {
+        // The other fields and the data field's header, then the slot's bytes as they are.
+        std::string header;
+        AppendMessageWithData(response, v1::ReadBlockResponse::kDataFieldNumber, result.length,
+                              &header);
+        grpc::Slice slices[2] = {grpc::Slice(header), lender.Lend(HeldSlotOf(result), nullptr)};
+        buffer = grpc::ByteBuffer(slices, 2);
+        keep_slot = true;  // until gRPC releases the slice (even if Finish cannot start)
+      } else {
+        response.set_data(result.data, result.length);
+        bool own_buffer;
+        grpc::SerializationTraits<v1::ReadBlockResponse>::Serialize(response, &buffer, &own_buffer);
+      }
+      call->FinishWith(grpc::Status::OK, buffer);
     }
   }
-  call->Release();  // the engine read; the slot is free again as we return
-  return false;
+  call->Release();  // the engine read
+  return keep_slot;
 }
 
 void ReadBlockCall::FinishWith(const grpc::Status& status) {
-  FinishUnary(responder_, response_, status, finish_tag_);
+  FinishWith(status, grpc::ByteBuffer());
+}
+
+void ReadBlockCall::FinishWith(const grpc::Status& status, const grpc::ByteBuffer& response) {
+  FinishUnary(responder_, response, status, finish_tag_);  // takes its own references to the slices
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -126,6 +166,11 @@ ReadBlocksCall::ReadBlocksCall(Worker& worker)
     worker_.shared().service.RequestReadBlocks(&context_, &stream_, worker_.queue(),
                                                worker_.queue(), tag);
   });
+}
+
+ReadBlocksCall::~ReadBlocksCall() {
+  DropGathered();
+  worker_.lender().Close(slots_);
 }
 
 void ReadBlocksCall::Refuse(const grpc::Status& status) {
@@ -143,17 +188,23 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
         MaybeFinish();
         return;
       }
+      if (!Parse(incoming_, &request_)) {
+        // Nothing more is read; earlier reads are answered, then the stream ends with this.
+        finish_status_ = ToGrpcStatus(absl::InvalidArgumentError("malformed ReadBlocksRequest"));
+        half_closed_ = true;
+        MaybeFinish();
+        return;
+      }
       const uint64_t arrival_ns = storage::MonotonicNowNs();
-      for (const v1::ReadItem& item : incoming_.reads()) StartItem(item, arrival_ns);
-      // Backpressure: while reads wait for slots, stop reading the stream (HTTP/2 flow control
-      // then slows the client); the last waiting read to leave the queue resumes reading.
-      if (waiting_ == 0) IssueRead();
+      for (const v1::ReadItem& item : request_.reads()) StartItem(item, arrival_ns);
+      IssueRead();
       return;
     }
     case kWrite:
       writing_ = false;
       if (!ok) {
         write_failed_ = true;
+        DropGathered();
         return;
       }
       MaybeWrite();
@@ -167,13 +218,16 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
 void ReadBlocksCall::OnDone() {
   if (!cancelled()) return;
   worker_.admission().RemoveAll(wait_list_);
-  outgoing_.Clear();
+  DropGathered();
 }
 
 void ReadBlocksCall::IssueRead() {
   if (reading_ || half_closed_ || over() || !may_start_operations()) return;
+  // Backpressure: while reads wait for slots, or results pile up because the client does not read
+  // them, stop reading the stream (HTTP/2 flow control then slows the client). The last waiting
+  // read to leave the admission queue, or the next write, resumes reading.
+  if (waiting_ > 0 || gathered_size_ > write_limit()) return;
   reading_ = true;
-  incoming_.Clear();
   stream_.Read(&incoming_, Op(read_tag_));
 }
 
@@ -213,6 +267,7 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
     if (read->state == StreamRead::State::kAnswered) FreeRead(read);
     return;
   }
+  CountSlotWait(worker_);
   if (admission.Push(wait_list_, *read)) {
     Hold();  // waiting for admission
     ++waiting_;
@@ -247,7 +302,7 @@ void ReadBlocksCall::OnLeftQueue(StreamRead& read) {
   // Answered at admission, or dropped with the call: the read is done with. In flight: the
   // engine's callback frees it.
   if (read.state != StreamRead::State::kInFlight) FreeRead(&read);
-  if (waiting_ == 0) IssueRead();
+  IssueRead();
   Release();  // the wait for admission
 }
 
@@ -256,29 +311,64 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
   ReadBlocksCall* call = read->call;
   --call->in_flight_;
   call->worker_.mutable_counters().reads.Add(1);
+  bool keep_slot = false;
   if (!call->over()) {
     if (!result.status.ok()) {
       call->AddError(read->item.tag(),
                      ReadFailed(read->item.file(), read->item.offset(), result.status));
     } else {
-      v1::ReadResult* out = call->outgoing_.add_results();
-      out->set_tag(read->item.tag());
-      FillFromResult(*out, result, read->item.want_crc32c(), read->arrival_ns);
-      call->outgoing_bytes_ += result.length;
-      call->ScheduleFlush();
+      v1::ReadResult out;
+      out.set_tag(read->item.tag());
+      FillFromResult(out, result, read->item.want_crc32c(), read->arrival_ns);
+      std::string& bytes = call->gathered_bytes_;
+      const size_t before = bytes.size();
+      if (result.length >= kMinZeroCopyBytes &&
+          call->worker_.lender().TryHold(result.path, &call->slots_)) {
+        // The result's header now; its data goes from the slot when the message is written.
+        AppendSubmessageWithData(v1::ReadBlocksResponse::kResultsFieldNumber, out,
+                                 v1::ReadResult::kDataFieldNumber, result.length, &bytes);
+        call->Gather(bytes.size() - before + result.length, true, HeldSlotOf(result));
+        keep_slot = true;
+      } else {
+        out.set_data(result.data, result.length);
+        AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, out, &bytes);
+        call->Gather(bytes.size() - before, false, HeldSlot());
+      }
     }
   }
   call->FreeRead(read);
   call->Release();  // the engine read
-  return false;
+  return keep_slot;
 }
 
 void ReadBlocksCall::AddError(uint64_t tag, const absl::Status& status) {
   if (over()) return;
-  v1::ReadResult* out = outgoing_.add_results();
-  out->set_tag(tag);
-  FillStatus(status, out);
+  v1::ReadResult out;
+  out.set_tag(tag);
+  FillStatus(status, &out);
+  const size_t before = gathered_bytes_.size();
+  AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, out, &gathered_bytes_);
+  Gather(gathered_bytes_.size() - before, false, HeldSlot());
+}
+
+void ReadBlocksCall::Gather(uint64_t bytes, bool held, const HeldSlot& slot) {
+  gathered_.push_back(Gathered{gathered_bytes_.size(), held, slot});
+  gathered_size_ += bytes;
   ScheduleFlush();
+}
+
+void ReadBlocksCall::DropGathered() {
+  for (const Gathered& result : gathered_) {
+    if (result.held) worker_.lender().Drop(result.slot, &slots_);
+  }
+  gathered_.clear();
+  gathered_bytes_.clear();
+  gathered_size_ = 0;
+}
+
+uint64_t ReadBlocksCall::write_limit() const {
+  // A message gathers up to one more MiB than the largest read (the server's send limit has room).
+  return worker_.shared().config.max_read_bytes() + (1 << 20);
 }
 
 void ReadBlocksCall::ScheduleFlush() {
@@ -296,35 +386,62 @@ void ReadBlocksCall::Flush() {
 }
 
 void ReadBlocksCall::MaybeWrite() {
-  if (writing_ || outgoing_.results_size() == 0 || over() || !may_start_operations()) return;
-  // Everything gathered goes in one message, unless that would pass the message size limit:
-  // then the rest waits for the next write.
-  const uint64_t limit = worker_.shared().config.max_read_bytes() + (1 << 20);
-  in_write_.Clear();
-  if (outgoing_bytes_ <= limit) {
-    in_write_.Swap(&outgoing_);
-    outgoing_bytes_ = 0;
-  } else {
-    uint64_t bytes = 0;
-    auto* from = outgoing_.mutable_results();
-    while (!from->empty() && (bytes == 0 || bytes + from->rbegin()->data().size() <= limit)) {
-      bytes += from->rbegin()->data().size();
-      in_write_.mutable_results()->AddAllocated(from->ReleaseLast());
-    }
-    outgoing_bytes_ -= bytes;
-    if (!from->empty()) ScheduleFlush();
+  if (writing_ || gathered_.empty() || over() || !may_start_operations()) return;
+  // Everything gathered goes in one message, unless that would pass the message size limit: then
+  // the rest waits for the next write. Oldest first.
+  const uint64_t limit = write_limit();
+  size_t count = 0;
+  uint64_t size = 0;
+  size_t header_begin = 0;
+  for (; count < gathered_.size(); ++count) {
+    const Gathered& result = gathered_[count];
+    const uint64_t bytes = result.end - header_begin + (result.held ? result.slot.length : 0);
+    if (count > 0 && size + bytes > limit) break;
+    size += bytes;
+    header_begin = result.end;
   }
+  const size_t bytes_end = gathered_[count - 1].end;
+
+  // One slice holds the headers (and copied results) of the whole message; the held results'
+  // data slices go between its pieces. The slab is the only copy, of a few dozen bytes per held
+  // result.
+  const grpc::Slice slab(gathered_bytes_.data(), bytes_end);
+  SlotLender& lender = worker_.lender();
+  slices_.clear();
+  size_t piece_begin = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Gathered& result = gathered_[i];
+    if (!result.held) continue;
+    slices_.push_back(
+        piece_begin == 0 && result.end == bytes_end ? slab : slab.sub(piece_begin, result.end));
+    slices_.push_back(lender.Lend(result.slot, &slots_));
+    piece_begin = result.end;
+  }
+  if (piece_begin < bytes_end) {
+    slices_.push_back(piece_begin == 0 ? slab : slab.sub(piece_begin, bytes_end));
+  }
+  const grpc::ByteBuffer message(slices_.data(), slices_.size());
+  slices_.clear();  // the message holds its own references
+
+  // What is left waits for the next write, its offsets rebased.
+  gathered_.erase(gathered_.begin(), gathered_.begin() + static_cast<ptrdiff_t>(count));
+  gathered_bytes_.erase(0, bytes_end);
+  for (Gathered& result : gathered_) result.end -= bytes_end;
+  gathered_size_ -= size;
+  if (!gathered_.empty()) ScheduleFlush();
+
   writing_ = true;
-  stream_.Write(in_write_, Op(write_tag_));
+  stream_.Write(message, Op(write_tag_));  // takes its own references to the slices
+  IssueRead();                             // in case results had piled up past the limit
 }
 
 void ReadBlocksCall::MaybeFinish() {
-  if (!half_closed_ || in_flight_ > 0 || waiting_ > 0 || writing_ || outgoing_.results_size() > 0 ||
+  if (!half_closed_ || in_flight_ > 0 || waiting_ > 0 || writing_ || !gathered_.empty() ||
       finish_sent() || over() || !may_start_operations()) {
     return;
   }
-  CountFinish(grpc::StatusCode::OK);
-  stream_.Finish(grpc::Status::OK, Op(finish_tag_));
+  CountFinish(finish_status_.error_code());
+  stream_.Finish(finish_status_, Op(finish_tag_));
 }
 
 }  // namespace blockread::server

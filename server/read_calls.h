@@ -1,24 +1,40 @@
 // ReadBlock and ReadBlocks: the RPCs that read.
+//
+// Both are raw methods (server/shared_state.h): requests are parsed from the ByteBuffer with
+// protobuf, and a response's data leaves from the engine slot's buffer without a copy, as a slice
+// lent to gRPC (server/slot_lender.h) behind a hand-written field header
+// (server/response_encoding.h). Clients parse the generated messages exactly as before. Reads
+// shorter than kMinZeroCopyBytes, and reads past the lender's bounds (slow clients), are copied
+// and their slot is free at once.
 #ifndef BLOCKREAD_SERVER_READ_CALLS_H_
 #define BLOCKREAD_SERVER_READ_CALLS_H_
 
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_stream.h>
 #include <grpcpp/support/async_unary_call.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "blockread/v1/blockread.grpc.pb.h"
 #include "server/admission_queue.h"
 #include "server/call.h"
+#include "server/slot_lender.h"
 #include "server/worker.h"
 
 namespace blockread::server {
 
+// Below this, copying the bytes costs less than lending the slot (a slice refcount, a handoff back
+// to the worker).
+inline constexpr uint64_t kMinZeroCopyBytes = 1024;
+
 // One unary ReadBlock. Its engine read (and its wait for admission, when the slots are busy)
 // holds the call like any gRPC operation, so a cancelled or expired call lives until its read
-// completes and the engine slot is never freed under the kernel.
+// completes and the engine slot is never freed under the kernel. A slot lent for the response is
+// not the call's: it comes back when gRPC releases the slice, whether or not the call still
+// exists.
 class ReadBlockCall final : public Call, public WaitingRead {
  public:
   // Starts waiting for the next ReadBlock on `worker`'s queue.
@@ -39,11 +55,14 @@ class ReadBlockCall final : public Call, public WaitingRead {
   // Offers the read to the engine. False: its slots are busy (nothing happened).
   bool TryStart();
   static bool OnReadDone(void* context, const storage::ReadResult& result);
+  // Answers `status`, with `response` when OK (the finish takes its own references to the
+  // slices). Nothing is sent once the queue is shutting down.
   void FinishWith(const grpc::Status& status);
+  void FinishWith(const grpc::Status& status, const grpc::ByteBuffer& response);
 
+  grpc::ByteBuffer request_buffer_;
   v1::ReadBlockRequest request_;
-  v1::ReadBlockResponse response_;
-  grpc::ServerAsyncResponseWriter<v1::ReadBlockResponse> responder_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   CallTag finish_tag_{this, kFinish};
   WaitList wait_list_;
   uint64_t arrival_ns_ = 0;
@@ -51,11 +70,16 @@ class ReadBlockCall final : public Call, public WaitingRead {
 
 // One ReadBlocks stream: reads are started as their request messages arrive, results are written
 // in completion order, batched: every result that completes in one worker loop turn leaves in one
-// response message. While any of its reads waits for admission the stream stops reading requests,
-// so HTTP/2 flow control slows the client. Lifetime as for ReadBlockCall.
+// response message. While any of its reads waits for admission, or more than a message's worth of
+// results waits to be written (the client is not reading), the stream stops reading requests, so
+// HTTP/2 flow control slows the client. The slots it holds for sending (gathered results and
+// slices in gRPC's hands) are bounded by its SlotAccount; results past the bound are copied.
+// Lifetime as for ReadBlockCall: slices in gRPC's hands do not hold the call (gRPC may keep them
+// until the call's own stream is destroyed).
 class ReadBlocksCall final : public Call, public Flushable {
  public:
   static void Post(Worker& worker);
+  ~ReadBlocksCall() override;
 
   void Flush() override;
 
@@ -75,6 +99,14 @@ class ReadBlocksCall final : public Call, public Flushable {
     void LeftQueue() override { call->OnLeftQueue(*this); }
   };
 
+  // A result gathered for the next write: its wire bytes up to `end` in gathered_bytes_ (all of
+  // them when copied; the header only when `held`, and then the data follows from the slot).
+  struct Gathered {
+    size_t end = 0;
+    bool held = false;
+    HeldSlot slot;
+  };
+
   explicit ReadBlocksCall(Worker& worker);
   void PostNext() override { Post(worker_); }
   void OnRequest() override { IssueRead(); }
@@ -92,6 +124,11 @@ class ReadBlocksCall final : public Call, public Flushable {
   void OnLeftQueue(StreamRead& read);
   static bool OnReadDone(void* context, const storage::ReadResult& result);
   void AddError(uint64_t tag, const absl::Status& status);
+  // Counts a gathered result of `bytes` wire bytes ending at gathered_bytes_.size().
+  void Gather(uint64_t bytes, bool held, const HeldSlot& slot);
+  // Gives back the slots of results that will never be written.
+  void DropGathered();
+  uint64_t write_limit() const;
   void ScheduleFlush();
   void MaybeWrite();
   void MaybeFinish();
@@ -100,11 +137,15 @@ class ReadBlocksCall final : public Call, public Flushable {
   StreamRead* NewRead();
   void FreeRead(StreamRead* read);
 
-  grpc::ServerAsyncReaderWriter<v1::ReadBlocksResponse, v1::ReadBlocksRequest> stream_;
-  v1::ReadBlocksRequest incoming_;
-  v1::ReadBlocksResponse outgoing_;  // results gathered since the last write
-  v1::ReadBlocksResponse in_write_;  // the message being written
-  uint64_t outgoing_bytes_ = 0;
+  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
+  grpc::ByteBuffer incoming_;
+  v1::ReadBlocksRequest request_;
+  // Results gathered since the last write, in completion order, and their wire bytes.
+  std::vector<Gathered> gathered_;
+  std::string gathered_bytes_;
+  uint64_t gathered_size_ = 0;       // wire bytes of gathered_, held data included
+  std::vector<grpc::Slice> slices_;  // reused by each write
+  SlotAccount slots_;
   CallTag read_tag_{this, kRead};
   CallTag write_tag_{this, kWrite};
   CallTag finish_tag_{this, kFinish};
@@ -120,6 +161,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   bool half_closed_ = false;
   bool write_failed_ = false;
   bool flush_scheduled_ = false;
+  // INVALID_ARGUMENT once a request message did not parse: the stream ends with it.
+  grpc::Status finish_status_;
 };
 
 }  // namespace blockread::server

@@ -176,7 +176,11 @@ void BlockReadServer::Shutdown() {
 
 BlockReadServer::~BlockReadServer() {
   Shutdown();
-  // Workers (and their queues) go before the gRPC server object.
+  // Workers (and their queues, engines and slot lenders) go before the gRPC server object. gRPC
+  // may still hold slices of engine buffers then (zero-copy responses on connections being torn
+  // down) and release them later, on its own threads, as late as this object's destruction or
+  // after: those buffers and their loans belong to each lender's reference-counted ledger, which
+  // the last slice frees, and a release touches nothing else (server/slot_lender.h).
   workers_.clear();
 }
 

@@ -16,6 +16,14 @@ namespace blockread::server {
 
 class Worker;
 
+// The BlockRead service as the workers serve it: ReadBlock and ReadBlocks as raw methods (requests
+// and responses are grpc::ByteBuffers, so response data can be sent from engine buffers without a
+// copy: server/read_calls.h), every other method with its generated async API.
+using BlockReadService = v1::BlockRead::WithRawMethod_ReadBlock<
+    v1::BlockRead::WithRawMethod_ReadBlocks<v1::BlockRead::WithAsyncMethod_StatFile<
+        v1::BlockRead::WithAsyncMethod_ListFiles<v1::BlockRead::WithAsyncMethod_GetStats<
+            v1::BlockRead::WithAsyncMethod_Explain<v1::BlockRead::Service>>>>>>;
+
 // Built by the server before the workers start; read-only afterwards except `health`.
 struct SharedState {
   SharedState(const v1::ServerConfig& config, storage::Catalog& catalog,
@@ -24,7 +32,7 @@ struct SharedState {
 
   const v1::ServerConfig& config;
   storage::Catalog& catalog;
-  v1::BlockRead::AsyncService service;
+  BlockReadService service;
   grpc::health::v1::Health::AsyncService health_service;
   // Who may read what (--auth); replaced on SIGHUP.
   AccessRules access;

@@ -38,6 +38,9 @@ Worker::~Worker() {
   // Every worker has stopped (the server joins them all first), so nobody reads our stats shard
   // any more. No read is in flight.
   stats_.store(nullptr, std::memory_order_release);
+  // Slots still lent to gRPC never come back to the engine; their memory lives until gRPC
+  // releases them (see SlotLender).
+  lender_.reset();
   engine_.reset();
 }
 
@@ -98,6 +101,8 @@ absl::Status Worker::Setup() {
           absl::StrFormat("worker %d (CPU %d): %s", index_, cpu_, engine.status().message()));
     } else {
       engine_ = *std::move(engine);
+      lender_ = std::make_unique<SlotLender>(*engine_, EngineConfigFrom(shared_.config),
+                                             counters_.slots_held);
       stats_.store(&engine_->stats(), std::memory_order_release);
       ReadBlockCall::Post(*this);
       ReadBlocksCall::Post(*this);
@@ -165,7 +170,9 @@ void Worker::Dispatch(void* tag, bool ok) {
 
 Worker::Turn Worker::PollOnce(bool poll_grpc) {
   if (queue_drained_) return Turn::kStopped;
-  int work = engine_->PollOnce();
+  // Slots gRPC let go of first, so the reads admitted this turn can have them.
+  int work = lender_->ReturnReleased();
+  work += engine_->PollOnce();
   if (!admission_.empty()) work += admission_.AdmitWaiting();
   if (!flush_.empty()) {
     flushing_.swap(flush_);

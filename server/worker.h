@@ -18,6 +18,7 @@
 #include "server/admission_queue.h"
 #include "server/call.h"
 #include "server/shared_state.h"
+#include "server/slot_lender.h"
 #include "storage/read_path.h"
 #include "storage/stats.h"
 
@@ -29,6 +30,10 @@ struct WorkerCounters {
   storage::Counter busy_ns;        // loop time that found work
   storage::Counter loop_start_ns;  // when the loop started (MonotonicNowNs), 0 before
   storage::Counter empty_polls;    // loop turns that found no work
+  // Engine slots held for zero-copy responses now (a gauge; see SlotLender::held()).
+  storage::Counter slots_held;
+  // Reads that had to wait for a slot while some were held for zero-copy responses.
+  storage::Counter slot_waits;
 
   // Loop time that found no work, spinning or blocked, as of `now_ns`: everything since the
   // loop started that was not busy. Derived rather than counted so a worker blocked on its queue
@@ -110,6 +115,8 @@ class Worker {
 
   SharedState& shared() { return shared_; }
   storage::EngineContext& engine() { return *engine_; }
+  // The engine's slots lent to gRPC for zero-copy responses.
+  SlotLender& lender() { return *lender_; }
   grpc::ServerCompletionQueue* queue() { return queue_.get(); }
   WorkerCounters& mutable_counters() { return counters_; }
   // False once the queue is shutting down: calls must start no new operation on it.
@@ -138,6 +145,7 @@ class Worker {
   SharedState& shared_;
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::unique_ptr<storage::EngineContext> engine_;
+  std::unique_ptr<SlotLender> lender_;  // uses engine_: goes first
   std::atomic<const storage::StatsShard*> stats_{nullptr};
   WorkerCounters counters_;
   // The access rules as of access_generation_; re-taken from shared_.access when it moves.

@@ -1,5 +1,8 @@
 // Completion: pieces come back from the backends, short reads are re-queued, the first error
-// wins, and finished reads are delivered to their callers with their stats.
+// wins, and finished reads are delivered to their callers with their stats; slots their callers
+// kept come back through Release().
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "storage/log.h"
@@ -102,6 +105,15 @@ void EngineContext::Release(ReadHandle handle) {
   if (!slot.retained) return;
   slot.retained = false;
   FreeSlot(slot);
+}
+
+std::shared_ptr<const void> EngineContext::RetainBufferMemory() const {
+  // One reference that holds both pools.
+  struct Pools {
+    std::shared_ptr<BufferPool> simple;
+    std::shared_ptr<BufferPool> generic;
+  };
+  return std::make_shared<const Pools>(Pools{simple_buffers_, generic_buffers_});
 }
 
 void EngineContext::FreeSlot(ReadSlot& slot) {

@@ -47,7 +47,8 @@ absl::StatusOr<IoEngine> ResolveIoEngine(IoEngine requested);
 
 struct ReadSlot;
 
-// Opaque token for a completed read's buffer, for EngineContext::Release().
+// Opaque token for the slot of a read whose callback kept it (returned true), for
+// EngineContext::Release(). Meaningful only to the context that delivered it, while it lives.
 struct ReadHandle {
   ReadSlot* slot = nullptr;
 };
@@ -56,7 +57,8 @@ struct ReadResult {
   // OK, or DATA_LOSS for a device I/O error: the errno text and an incident number; the device,
   // its path and the physical offset are in the log under that incident (storage/log.h).
   absl::Status status;
-  // The bytes read: [offset, min(offset + length, size)). Valid until the slot is released.
+  // The bytes read: [offset, min(offset + length, size)), inside the slot's registered buffer.
+  // Valid until the callback returns, or, when it keeps the slot, until Release(handle).
   const char* data = nullptr;
   uint64_t length = 0;
   ReadPathKind path = ReadPathKind::kSimple;
@@ -71,9 +73,12 @@ struct ReadResult {
   ReadHandle handle;
 };
 
-// Called exactly once per queued read, from PollOnce() on the context's thread. Return true to
-// keep result.data valid after returning (then call Release(result.handle) when done with it, on
-// the same thread); return false to let the slot be reused at once.
+// Called exactly once per queued read, from PollOnce() on the context's thread. Return false to
+// let the slot be reused at once. Return true to keep the slot, and result.data valid, after
+// returning: then the slot serves no other read until Release(result.handle) is called, on the
+// context's thread, exactly once. Callers that lend result.data to another thread (the server's
+// zero-copy responses) hand the slot back to the context's thread before releasing it, and keep
+// the memory itself mapped with RetainBufferMemory() in case they outlive the context.
 using ReadDoneFn = bool (*)(void* context, const ReadResult& result);
 
 struct ReadRequest {
@@ -133,8 +138,16 @@ class EngineContext {
   // finished reads. Never blocks. Returns the number of reads finished.
   int PollOnce();
 
-  // Returns a slot kept by a callback that returned true.
+  // Returns a slot kept by a callback that returned true to the free slots. REQUIRES: `handle`
+  // came from this context's callback that returned true, and has not been released yet.
   void Release(ReadHandle handle);
+
+  // Keeps every slot's buffer mapped for as long as the returned reference (or a copy) lives,
+  // even after the context is destroyed: its holder may then still read the bytes of a kept slot,
+  // never write them, and the kernel no longer does (the context waited for its reads). For
+  // buffers lent to a library that may let go of them late, on any thread. The reference may be
+  // copied and dropped on any thread.
+  std::shared_ptr<const void> RetainBufferMemory() const;
 
   // Reads queued and not yet delivered.
   uint32_t reads_in_flight() const { return reads_in_flight_; }
@@ -167,8 +180,9 @@ class EngineContext {
   // The backends this worker owns, and which serves each device (by DeviceId).
   std::vector<std::unique_ptr<IoBackend>> backends_;
   std::vector<IoBackend*> backend_of_device_;
-  std::unique_ptr<BufferPool> simple_buffers_;
-  std::unique_ptr<BufferPool> generic_buffers_;
+  // Shared with RetainBufferMemory()'s holders, which only keep the memory mapped.
+  std::shared_ptr<BufferPool> simple_buffers_;
+  std::shared_ptr<BufferPool> generic_buffers_;
   // Slots are cacheline-aligned and preallocated; free lists are stacks.
   std::unique_ptr<ReadSlot[]> simple_slots_;
   std::unique_ptr<ReadSlot[]> generic_slots_;

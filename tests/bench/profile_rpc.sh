@@ -2,8 +2,9 @@
 # Where a read's instructions go, end to end (a profile, not a test): blockread-server and
 # `blockread load` both run under callgrind for a fixed number of 4K random reads on the demo
 # device, in unary and in stream mode; prints instructions per read for each process and the
-# server's main inclusive costs per read. Instruction counts do not depend on the machine's
-# speed, so they compare across runs where wall-clock figures cannot.
+# server's main inclusive costs per read, and the largest callers of the server's memcpy.
+# Instruction counts do not depend on the machine's speed, so they compare across runs where
+# wall-clock figures cannot.
 #
 #   tests/bench/profile_rpc.sh [--reads=20000] [--connections=4] [--qd=8] [--batch=8]
 # Output files stay in $PROFILE_DIR (default /tmp/blockread-profile) for callgrind_annotate.
@@ -30,6 +31,16 @@ server_pid=""
 trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; true' EXIT
 
 total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+# The largest callers of memcpy: "instructions function" lines, most first.
+memcpy_callers() {  # file, count
+  callgrind_annotate --tree=caller --threshold=100 "$1" 2>/dev/null |
+    awk '/^ *$/ {n = 0; next}
+         / < / {lines[n++] = $0; next}
+         /\* .*__memcpy_avx_unaligned_erms/ {for (i = 0; i < n; i++) print lines[i]; exit}
+         {n = 0}' |
+    sed -E 's/^ *([0-9,]+) \([^)]*\) +< +[^:]*:(.*) \([0-9,]+x\).*/\1 \2/; :a; s/^([0-9]+),([0-9])/\1\2/; ta' |
+    sort -k1,1 -nr | head -n "$2"
+}
 inclusive_ir() {  # file, function pattern
   callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
     awk -v pat="$2" 'index($0, pat) {gsub(",", "", $1); if ($1 + 0 > max) max = $1 + 0}
@@ -43,6 +54,9 @@ for mode in unary stream; do
     --metrics-listen= >"$out/server-$mode.stdout" 2>"$out/server-$mode.log" &
   server_pid=$!
   for _ in $(seq 120); do grep -q listening "$out/server-$mode.stdout" 2>/dev/null && break; sleep 0.5; done
+  # Then one call through, with no short deadline: under callgrind on a busy machine the server's
+  # first calls took longer than the load's 10 s per call, and the load failed DEADLINE_EXCEEDED.
+  "$build/client/blockread" --target=127.0.0.1:$port --timeout-ms=300000 health >/dev/null
   b=1
   [ "$mode" = stream ] && b=$batch
   taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out/client-$mode.out" \
@@ -69,4 +83,7 @@ for mode in unary stream; do
     echo "    ReadBlocksCall::Flush        $(per "$(inclusive_ir "$s" "ReadBlocksCall::Flush()")")"
   fi
   echo "    memcpy                       $(per "$(inclusive_ir "$s" "__memcpy_avx_unaligned_erms")")"
+  memcpy_callers "$s" 3 | while read -r ir name; do
+    echo "      from $(per "$ir")   ${name:0:70}"
+  done
 done

@@ -93,9 +93,12 @@ class ServerTest : public ::testing::Test {
       GTEST_SKIP() << why;
     }
     ASSERT_EQ(filesystems_.size(), 2u) << "suite setup failed";
-    auto server = ServerProcess::Start(
-        {absl::StrCat("--serve_files=", roots_[0], ",", roots_[1]), "--idle_spin_us=20"},
-        dir_->path() + "/server.log");
+    // A grace far above what shutdown needs: GracefulShutdownFinishesReadsInFlight checks that
+    // reads in flight at SIGTERM are finished, not how fast. Its 400 reads (about 50 MiB) took
+    // 1.5 s in the release build and 9.7 s of the default 10 s under ASan on a busy machine.
+    auto server = ServerProcess::Start({absl::StrCat("--serve_files=", roots_[0], ",", roots_[1]),
+                                        "--idle_spin_us=20", "--shutdown_grace_ms=120000"},
+                                       dir_->path() + "/server.log");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     client_ = BlockReadClient::Connect(server_->target());

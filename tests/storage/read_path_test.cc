@@ -312,24 +312,14 @@ TEST_P(ReadPathTest, BusySlotsAreResourceExhaustedNotErrors) {
 TEST_P(ReadPathTest, RetainedBufferStaysValidUntilReleased) {
   auto engine = MakeEngine();
   ASSERT_NE(engine, nullptr);
-  struct Kept {
-    ReadResult result;
-    bool done = false;
-  } kept;
-  auto keep = [](void* context, const ReadResult& result) {
-    auto* k = static_cast<Kept*>(context);
-    k->result = result;
-    k->done = true;
-    return true;
-  };
-  ASSERT_EQ(testing::StartRead(*engine, "big", 65536, 4096, keep, &kept), StartOutcome::kQueued);
-  while (!kept.done) engine->PollOnce();
-  const std::vector<char> copy(kept.result.data, kept.result.data + kept.result.length);
+  const ReadResult kept = testing::ReadAndKeep(*engine, "big", 65536, 4096);
+  ASSERT_TRUE(kept.status.ok()) << kept.status;
+  const std::vector<char> copy(kept.data, kept.data + kept.length);
   // More reads meanwhile must not reuse the kept buffer.
   testing::RunReads(*engine, {{"big", 0, 4096}, {"big", 8192, 4096}, {"big", 12288, 4096}}, 3);
-  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), kept.result.data));
+  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), kept.data));
   EXPECT_TRUE(copy == *testing::ReadFileRange(root_ + "/big", 65536, 4096));
-  engine->Release(kept.result.handle);
+  engine->Release(kept.handle);
 }
 
 // The IOPOLL probe is the io_uring engine's alone.

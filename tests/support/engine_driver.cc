@@ -60,4 +60,32 @@ CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, 
   return RunReads(engine, {ReadRequest{file, offset, length}}, 1)[0];
 }
 
+storage::ReadResult ReadAndKeep(storage::EngineContext& engine, const std::string& file,
+                                uint64_t offset, uint64_t length) {
+  struct Kept {
+    storage::ReadResult result;
+    bool done = false;
+  } kept;
+  auto keep = [](void* context, const storage::ReadResult& result) {
+    auto* k = static_cast<Kept*>(context);
+    k->result = result;
+    k->done = true;
+    return true;
+  };
+  absl::Status refusal;
+  switch (StartRead(engine, file, offset, length, keep, &kept, 0, &refusal)) {
+    case storage::StartOutcome::kQueued:
+      break;
+    case storage::StartOutcome::kCompleted:
+      kept.result.status = refusal;
+      return kept.result;
+    case storage::StartOutcome::kBusy:
+      // Not waited for: the slots may all be kept by the test, and then none ever frees up.
+      kept.result.status = absl::ResourceExhaustedError("every slot of the path is taken");
+      return kept.result;
+  }
+  while (!kept.done) engine.PollOnce();
+  return kept.result;
+}
+
 }  // namespace blockread::testing

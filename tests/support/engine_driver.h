@@ -42,6 +42,13 @@ storage::StartOutcome StartRead(storage::EngineContext& engine, const std::strin
 CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,
                        uint64_t length);
 
+// One read, synchronously, whose callback keeps its slot (returns true), as a zero-copy response
+// does: result.data stays valid, and the slot taken, until engine.Release(result.handle). A read
+// the engine refuses comes back with the refusal as its status, one that finds every slot taken
+// with RESOURCE_EXHAUSTED (it is not waited for); then there is nothing to release.
+storage::ReadResult ReadAndKeep(storage::EngineContext& engine, const std::string& file,
+                                uint64_t offset, uint64_t length);
+
 }  // namespace blockread::testing
 
 #endif  // BLOCKREAD_TESTS_SUPPORT_ENGINE_DRIVER_H_

@@ -1,0 +1,100 @@
+// The hand-written field headers around zero-copy data: what the server sends must parse, with
+// the generated code, into exactly the message protobuf itself would have sent.
+#include "server/response_encoding.h"
+
+#include <string>
+#include <vector>
+
+#include "blockread/v1/blockread.pb.h"
+#include "gtest/gtest.h"
+
+namespace blockread::server {
+namespace {
+
+// Lengths around the varint size steps (1, 2, 3 bytes) and a max_read_bytes read.
+const std::vector<uint64_t> kLengths = {0, 1, 127, 128, 4096, 16383, 16384, 131072, 1 << 20};
+
+std::string Bytes(uint64_t length, char seed) {
+  std::string data(length, '\0');
+  for (uint64_t i = 0; i < length; ++i) data[i] = static_cast<char>(seed + i * 7);
+  return data;
+}
+
+v1::ServerTiming Timing() {
+  v1::ServerTiming timing;
+  timing.set_queue_ns(123);
+  timing.set_device_ns(45678);
+  timing.set_total_ns(1ull << 40);
+  return timing;
+}
+
+TEST(ResponseEncodingTest, ReadBlockResponseParsesAsIfProtobufHadWrittenIt) {
+  for (const uint64_t length : kLengths) {
+    for (const bool crc : {false, true}) {
+      v1::ReadBlockResponse fields;
+      fields.set_path(v1::GENERIC);
+      fields.set_fallback(v1::FALLBACK_UNALIGNED);
+      *fields.mutable_timing() = Timing();
+      if (crc) fields.set_crc32c(0xdeadbeef);
+      const std::string data = Bytes(length, 'a');
+
+      std::string wire;
+      AppendMessageWithData(fields, v1::ReadBlockResponse::kDataFieldNumber, length, &wire);
+      wire += data;  // what the data slice carries
+
+      v1::ReadBlockResponse expected = fields;
+      expected.set_data(data);
+      v1::ReadBlockResponse parsed;
+      ASSERT_TRUE(parsed.ParseFromString(wire)) << length;
+      EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString()) << length;
+      EXPECT_EQ(parsed.data(), data);
+      EXPECT_EQ(parsed.has_crc32c(), crc);
+      EXPECT_EQ(wire.size(),
+                expected.ByteSizeLong() + (length == 0 ? LengthDelimitedHeaderSize(1, 0) : 0))
+          << "only an empty data field costs more than protobuf's own encoding";
+    }
+  }
+}
+
+TEST(ResponseEncodingTest, ReadBlocksResponseMixesLentCopiedAndFailedResults) {
+  v1::ReadBlocksResponse expected;
+  std::string wire;
+  uint64_t tag = 0;
+  for (const uint64_t length : kLengths) {
+    ++tag;
+    v1::ReadResult fields;
+    fields.set_tag(tag);
+    fields.set_path(v1::SIMPLE);
+    *fields.mutable_timing() = Timing();
+    if (tag % 2 == 0) fields.set_crc32c(static_cast<uint32_t>(tag));
+    const std::string data = Bytes(length, static_cast<char>(tag));
+    if (tag % 3 == 0) {
+      // Copied: the whole result as a submessage.
+      v1::ReadResult copied = fields;
+      copied.set_data(data);
+      AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, copied, &wire);
+    } else {
+      // Lent: header, then the data slice.
+      AppendSubmessageWithData(v1::ReadBlocksResponse::kResultsFieldNumber, fields,
+                               v1::ReadResult::kDataFieldNumber, length, &wire);
+      wire += data;
+    }
+    fields.set_data(data);
+    *expected.add_results() = fields;
+
+    // A failed read between them.
+    v1::ReadResult failed;
+    failed.set_tag(1000 + tag);
+    failed.set_code(11);
+    failed.set_error_message("offset 5 is beyond the end of file x (4 bytes)");
+    AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, failed, &wire);
+    *expected.add_results() = failed;
+  }
+  v1::ReadBlocksResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+  EXPECT_EQ(parsed.results_size(), 2 * static_cast<int>(kLengths.size()));
+}
+
+}  // namespace
+}  // namespace blockread::server
