@@ -1,8 +1,6 @@
 #include "server/access.h"
 
 #include <fnmatch.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
@@ -18,19 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/config.h"
 #include "storage/catalog.h"
 
 namespace blockread::server {
 namespace {
-
-class FirstError : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (error.empty()) error = absl::StrFormat("%d:%d: %s", line + 1, column + 1, message);
-  }
-  std::string error;
-};
 
 bool SegmentsMatch(const std::vector<absl::string_view>& pattern, size_t p,
                    const std::vector<absl::string_view>& name, size_t n) {
@@ -100,11 +90,8 @@ std::shared_ptr<const AccessPolicy> AccessPolicy::Open() {
 absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(absl::string_view text,
                                                                         const std::string& path) {
   v1::AccessConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  FirstError errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", errors.error));
+  if (absl::Status parsed = ParseTextProto(std::string(text), path, &config); !parsed.ok()) {
+    return parsed;
   }
   std::shared_ptr<AccessPolicy> policy(new AccessPolicy());
   absl::flat_hash_set<std::string> names, digests, common_names;

@@ -80,12 +80,13 @@ ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
 ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
           "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
           "picks a free port, printed at startup.");
-ABSL_FLAG(std::optional<std::string>, io_engine, std::nullopt,
-          absl::StrCat("I/O engine: auto, io_uring or psync (default ",
-                       blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
-                       "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
-                       "is blocked (container seccomp profiles), logging one line with the cause "
-                       "and the fix; io_uring makes that a startup error."));
+ABSL_FLAG(
+    std::optional<std::string>, io_engine, std::nullopt,
+    absl::StrCat("I/O engine: auto, io_uring or psync (default ",
+                 blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
+                 "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
+                 "is blocked (container seccomp profiles), logging one line with the cause "
+                 "and the fix; io_uring makes that a startup error."));
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
           absl::StrCat("HTTP/2 keepalive ping interval on idle connections (default ",
                        blockread::server::kDefaultKeepaliveTimeMs, ")."));
@@ -181,8 +182,8 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
     config.set_io_engine(storage::IoEngineName(kEngineDefaults.io_engine));
   }
   if (!storage::ParseIoEngine(config.io_engine())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--io_engine: '", config.io_engine(), "' is not one of auto, io_uring, psync"));
+    return absl::InvalidArgumentError(absl::StrCat("--io_engine: '", config.io_engine(),
+                                                   "' is not one of auto, io_uring, psync"));
   }
   if (config.listen().find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -208,15 +209,21 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   return config;
 }
 
-absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
-                                                   const std::string& source) {
-  v1::ServerConfig config;
+absl::Status ParseTextProto(const std::string& text, const std::string& source,
+                            google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
   FirstError errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
+  if (!parser.ParseFromString(text, message)) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", errors.error));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
+                                                   const std::string& source) {
+  v1::ServerConfig config;
+  if (absl::Status parsed = ParseTextProto(text, source, &config); !parsed.ok()) return parsed;
   return config;
 }
 

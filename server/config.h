@@ -3,6 +3,8 @@
 #ifndef BLOCKREAD_SERVER_CONFIG_H_
 #define BLOCKREAD_SERVER_CONFIG_H_
 
+#include <google/protobuf/message.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +42,11 @@ std::optional<std::string> CheckConfigFile();
 // Parses a config file's text (textproto, blockread.v1.ServerConfig) as LoadServerConfig does,
 // without defaults or validation (FinalizeServerConfig). Syntax errors and unknown fields are
 // INVALID_ARGUMENT "<source>:<line>:<column>: <problem>".
+// Parses textproto `text` into `message` (cleared first). Errors are INVALID_ARGUMENT
+// "<source>:<line>:<column>: <what>", for every textproto file the server reads.
+absl::Status ParseTextProto(const std::string& text, const std::string& source,
+                            google::protobuf::Message* message);
+
 absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
                                                    const std::string& source);
 
