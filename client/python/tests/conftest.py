@@ -4,6 +4,7 @@ The server binary comes from $BLOCKREAD_SERVER_BINARY (ctest sets it); run by ha
 build/*/server/blockread-server of the source tree is used.
 """
 
+import gc
 import glob
 import os
 import pathlib
@@ -94,6 +95,9 @@ class ServerProcess:
 
     def stop(self, timeout=20):
         """SIGTERM, then the exit status (-1 if it had to be killed)."""
+        # Clients the tests dropped close their connections when collected; the server's
+        # shutdown waits about 5 s for connections that stay open.
+        gc.collect()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

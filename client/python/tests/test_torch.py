@@ -80,11 +80,16 @@ def test_iterable_dataset_small_pieces(served):
     assert sorted(got) == sorted(digest(w) for w in want)
 
 
-def test_spawned_workers_rebuild_the_client(served):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_spawned_workers_rebuild_the_client(served, context):
+    """Workers that do not fork this process get the dataset pickled: the Client's settings."""
     samples, want = samples_and_bytes(served)
     ds = BlockReadDataset(served.target, samples[:20])
-    loader = DataLoader(ds, num_workers=2, batch_size=None, multiprocessing_context="spawn")
+    loader = DataLoader(ds, num_workers=2, batch_size=None, multiprocessing_context=context)
     assert list(loader) == want[:20]
+    ids = BlockReadIterableDataset(served.target, samples[:20])
+    got = list(DataLoader(ids, num_workers=2, batch_size=None, multiprocessing_context=context))
+    assert sorted(got) == sorted(want[:20])
 
 
 def test_unknown_whole_file_fails_when_the_dataset_is_made(served):
@@ -94,5 +99,10 @@ def test_unknown_whole_file_fails_when_the_dataset_is_made(served):
 
 def test_read_error_reaches_the_loop(served):
     ds = BlockReadDataset(served.target, [("tiny.txt", 0, 10), ("gone", 0, 10)])
-    with pytest.raises(blockread.NotFound):
-        list(DataLoader(ds, num_workers=2, batch_size=None))
+    batches = iter(DataLoader(ds, num_workers=2, batch_size=None))
+    try:
+        with pytest.raises(blockread.NotFound, match="gone"):
+            list(batches)
+    finally:
+        # The traceback keeps the iterator, and its workers and their connections, alive.
+        batches._shutdown_workers()
