@@ -14,6 +14,10 @@ from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: 
 
 pytestmark = pytest.mark.usefixtures("fork_ready")
 
+# A worker that gets stuck (grpcio 1.51's fork handlers can deadlock a child, rarely; README
+# "Python client") fails the loader after this long instead of hanging the run.
+LOADER_TIMEOUT = 120
+
 
 def digest(data):
     return hashlib.sha256(data).hexdigest()
@@ -47,7 +51,7 @@ def test_map_dataset_dataloader_two_workers(served):
     client = blockread.Client(served.target)
     client.read_many([("tiny.txt", 0, 10)])  # the parent has used the channel before forking
     ds = BlockReadDataset(client, samples)
-    loader = DataLoader(ds, num_workers=2, batch_size=None)
+    loader = DataLoader(ds, num_workers=2, batch_size=None, timeout=LOADER_TIMEOUT)
     got = list(loader)
     assert got == want  # every sample, once, in order
 
@@ -55,7 +59,7 @@ def test_map_dataset_dataloader_two_workers(served):
 def test_map_dataset_transform_and_batches(served):
     samples, want = samples_and_bytes(served)
     ds = BlockReadDataset(served.target, samples, transform=digest, max_read_bytes=64 << 10)
-    loader = DataLoader(ds, num_workers=2, batch_size=8)
+    loader = DataLoader(ds, num_workers=2, batch_size=8, timeout=LOADER_TIMEOUT)
     got = [d for batch in loader for d in batch]
     assert got == [digest(w) for w in want]
 
@@ -64,7 +68,7 @@ def test_iterable_dataset_two_workers_each_sample_once(served):
     samples, want = samples_and_bytes(served)
     ds = BlockReadIterableDataset(served.target, samples, depth=16, batch=4)
     assert list(ds) == want  # no workers: all of it, in order
-    loader = DataLoader(ds, num_workers=2, batch_size=None)
+    loader = DataLoader(ds, num_workers=2, batch_size=None, timeout=LOADER_TIMEOUT)
     got = list(loader)
     assert len(got) == len(want)
     assert collections.Counter(map(digest, got)) == collections.Counter(map(digest, want))
@@ -76,7 +80,7 @@ def test_iterable_dataset_small_pieces(served):
     samples, want = samples_and_bytes(served)
     ds = BlockReadIterableDataset(served.target, samples, transform=digest,
                                   max_read_bytes=16 << 10, depth=8, batch=3)
-    got = list(DataLoader(ds, num_workers=2, batch_size=None))
+    got = list(DataLoader(ds, num_workers=2, batch_size=None, timeout=LOADER_TIMEOUT))
     assert sorted(got) == sorted(digest(w) for w in want)
 
 
@@ -85,10 +89,12 @@ def test_spawned_workers_rebuild_the_client(served, context):
     """Workers that do not fork this process get the dataset pickled: the Client's settings."""
     samples, want = samples_and_bytes(served)
     ds = BlockReadDataset(served.target, samples[:20])
-    loader = DataLoader(ds, num_workers=2, batch_size=None, multiprocessing_context=context)
+    loader = DataLoader(ds, num_workers=2, batch_size=None, multiprocessing_context=context,
+                        timeout=LOADER_TIMEOUT)
     assert list(loader) == want[:20]
     ids = BlockReadIterableDataset(served.target, samples[:20])
-    got = list(DataLoader(ids, num_workers=2, batch_size=None, multiprocessing_context=context))
+    got = list(DataLoader(ids, num_workers=2, batch_size=None, multiprocessing_context=context,
+                          timeout=LOADER_TIMEOUT))
     assert sorted(got) == sorted(want[:20])
 
 
@@ -99,7 +105,7 @@ def test_unknown_whole_file_fails_when_the_dataset_is_made(served):
 
 def test_read_error_reaches_the_loop(served):
     ds = BlockReadDataset(served.target, [("tiny.txt", 0, 10), ("gone", 0, 10)])
-    batches = iter(DataLoader(ds, num_workers=2, batch_size=None))
+    batches = iter(DataLoader(ds, num_workers=2, batch_size=None, timeout=LOADER_TIMEOUT))
     try:
         with pytest.raises(blockread.NotFound, match="gone"):
             list(batches)
