@@ -172,8 +172,8 @@ class Client:
             self._options.append(("grpc.ssl_target_name_override", s["server_name"]))
         self._lock = threading.Lock()
         self._connection = None
-        # Channels inherited from a parent process: kept, never closed or collected here, since
-        # tearing them down in the child could touch state the parent still uses.
+        # Connections inherited from a parent process. gRPC's fork handler has closed their
+        # channels in the child; they are kept rather than closed a second time when collected.
         self._inherited = []
 
     def __getstate__(self):
