@@ -2,6 +2,9 @@
 
 The scenarios are in torch_scenarios.py. Fork workers (DataLoader's default on Linux) run them
 in a fresh interpreter, as a training script would; spawn and forkserver workers run them here.
+The two loaders of every sample run with fork; the scenarios about the datasets' own logic run
+with forkserver, so the suite starts few fork workers: each start carries grpcio 1.51's small
+risk of a failed fork (README "Python client"), which these tests are not about.
 """
 
 import os
@@ -18,10 +21,11 @@ import conftest  # noqa: E402
 import torch_scenarios  # noqa: E402
 from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: E402
 
-SCENARIOS = sorted(torch_scenarios.SCENARIOS)
+FORK = ["map_two_workers", "iterable_two_workers"]
+OTHERS = sorted(set(torch_scenarios.SCENARIOS) - set(FORK))
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", FORK)
 def test_fork_workers(served, scenario):
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
@@ -34,10 +38,16 @@ def test_fork_workers(served, scenario):
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
-@pytest.mark.parametrize("scenario", ["map_two_workers", "iterable_two_workers"])
+@pytest.mark.parametrize("scenario", FORK)
 def test_spawned_workers_rebuild_the_client(served, scenario, context):
     """Workers that do not fork this process get the dataset pickled: the Client's settings."""
     torch_scenarios.SCENARIOS[scenario](served.target, served.files, context)
+
+
+@pytest.mark.parametrize("scenario", OTHERS)
+def test_dataset_scenarios(served, scenario):
+    """Transform and batches, small pieces, an error in a worker: forkserver workers."""
+    torch_scenarios.SCENARIOS[scenario](served.target, served.files, "forkserver")
 
 
 def test_map_dataset_in_main_process(served):
