@@ -126,6 +126,7 @@ nlohmann::json StatsViewJson(const v1::GetStatsResponse& now, const v1::GetStats
                               {"errors", d.errors()},
                               {"inflight", d.inflight()},
                               {"iops", rate(d.reads() - old_reads)},
+                              {"backend", d.backend()},
                               {"poll_mode", d.poll_mode()},
                               {"iopoll_workers", d.iopoll_workers()},
                               {"interrupt_workers", d.interrupt_workers()}});
@@ -182,13 +183,13 @@ std::string StatsViewText(const v1::GetStatsResponse& now, const v1::GetStatsRes
     }
   }
   absl::StrAppendFormat(&out, "\n\n%-12s %-24s %12s %10s %10s %8s %9s %s\n", "device", "path",
-                        "reads", "IOPS", "bytes", "errors", "inflight", "poll");
+                        "reads", "IOPS", "bytes", "errors", "inflight", "backend");
   for (const nlohmann::json& d : v["devices"]) {
     absl::StrAppendFormat(&out, "%-12s %-24s %12u %10.0f %10s %8u %9u %s\n",
                           d["name"].get<std::string>(), d["path"].get<std::string>(),
                           d["reads"].get<uint64_t>(), d["iops"].get<double>(),
                           FormatBytes(d["bytes"].get<double>()), d["errors"].get<uint64_t>(),
-                          d["inflight"].get<uint64_t>(), d["poll_mode"].get<std::string>());
+                          d["inflight"].get<uint64_t>(), d["backend"].get<std::string>());
   }
   absl::StrAppendFormat(&out, "\n%-7s %4s %12s %7s %14s\n", "worker", "cpu", "reads", "busy",
                         "empty polls/s");

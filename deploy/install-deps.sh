@@ -21,6 +21,10 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-pytest python3-venv python3-pip
   python3-setuptools openssl python3-torch
 )
+# deploy tests (tests/deploy): manifests parsed as YAML, podman's default seccomp profile that
+# deploy/seccomp-io_uring.json extends, systemd-analyze; Debian's kubectl only where there is none.
+packages+=(python3-yaml golang-github-containers-common systemd)
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

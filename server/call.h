@@ -74,13 +74,16 @@ class Call {
     if (--pending_ == 0) delete this;
   }
 
-  // Starts waiting for the request (call from the subclass constructor, once). The done notice is
-  // registered first, as gRPC requires.
-  template <typename RequestFn>
-  void RequestCall(RequestFn&& request) {
+  // The tag for the Request* call that starts waiting for the request (from the subclass
+  // constructor, once). Registers the done notice first, as gRPC requires.
+  void* RequestTag() {
     context_.AsyncNotifyWhenDone(&done_tag_);
     Hold();  // the request operation
-    request(&request_tag_);
+    return &request_tag_;
+  }
+  template <typename RequestFn>
+  void RequestCall(RequestFn&& request) {
+    request(RequestTag());
   }
 
   // A new call of the same method on the worker's queue, so the next request can be matched.
@@ -96,6 +99,18 @@ class Call {
 
   // Records the status the call is about to send (counted by method and code).
   void CountFinish(grpc::StatusCode code);
+  // Ends a unary call with `status` (and `response` when OK), unless the queue is shutting down.
+  template <typename Responder, typename Response>
+  void FinishUnary(Responder& responder, const Response& response, const grpc::Status& status,
+                   CallTag& finish_tag) {
+    if (!may_start_operations()) return;
+    CountFinish(status.error_code());
+    if (status.ok()) {
+      responder.Finish(response, status, Op(finish_tag));
+    } else {
+      responder.FinishWithError(status, Op(finish_tag));
+    }
+  }
   bool finish_sent() const { return finish_sent_; }
   bool cancelled() const { return cancelled_; }
   // False once the queue is shutting down (or the RPC is over): start no new operation.

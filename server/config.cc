@@ -21,6 +21,10 @@
 ABSL_FLAG(std::optional<std::string>, config, std::nullopt,
           "Config file (textproto, blockread.v1.ServerConfig) with any of the settings below; "
           "flags given on the command line override it.");
+ABSL_FLAG(std::optional<std::string>, check_config, std::nullopt,
+          "Validate this config file (textproto, as --config reads it, with any other flags on "
+          "top) and exit: 0 and one OK line, or 2 and the error. Checks what startup checks "
+          "before it opens sources or binds ports (CPUs against this process's affinity mask).");
 ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
           absl::StrCat("ADDR:PORT to serve on (default ", blockread::server::kDefaultListen,
                        "; port 0 picks a free port, printed at startup)."));
@@ -161,11 +165,23 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   return config;
 }
 
+std::optional<std::string> CheckConfigFile() { return absl::GetFlag(FLAGS_check_config); }
+
 absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   v1::ServerConfig config;
-  if (const auto path = absl::GetFlag(FLAGS_config)) {
+  std::optional<std::string> path = absl::GetFlag(FLAGS_config);
+  const char* path_flag = "--config";
+  if (std::optional<std::string> check = CheckConfigFile()) {
+    if (path.has_value() && *path != *check) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--check-config=", *check, " and --config=", *path, " name different files; give one"));
+    }
+    path = check;
+    path_flag = "--check-config";
+  }
+  if (path.has_value()) {
     std::ifstream in(*path);
-    if (!in) return absl::NotFoundError(absl::StrCat("--config: cannot read ", *path));
+    if (!in) return absl::NotFoundError(absl::StrCat(path_flag, ": cannot read ", *path));
     std::stringstream text;
     text << in.rdbuf();
     google::protobuf::TextFormat::Parser parser;

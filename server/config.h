@@ -3,6 +3,8 @@
 #ifndef BLOCKREAD_SERVER_CONFIG_H_
 #define BLOCKREAD_SERVER_CONFIG_H_
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,9 +26,15 @@ inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;
 inline constexpr uint32_t kDefaultShutdownGraceMs = 10000;
 inline constexpr uint32_t kDefaultKeepaliveTimeMs = 30000;
 
-// Reads --config (if given), applies every flag given on the command line, fills defaults and
-// validates. Call after absl::ParseCommandLine. Errors name the file, flag or field.
+// Reads --config (or --check-config; if both are given they must name the same file), applies
+// every flag given on the command line, fills defaults and validates. Call after
+// absl::ParseCommandLine. Errors name the file, flag or field. Opens nothing but the file.
 absl::StatusOr<v1::ServerConfig> LoadServerConfig();
+
+// The file --check-config names, if given: the caller validates it with LoadServerConfig and
+// exits instead of serving, so a config can be checked before it is deployed (a Kubernetes
+// ConfigMap, /etc/blockread/server.textproto) on a machine without its devices.
+std::optional<std::string> CheckConfigFile();
 
 // Fills unset fields with their defaults and validates. Used by LoadServerConfig; public for
 // tests and embedders that build a config in code.

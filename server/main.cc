@@ -60,6 +60,7 @@ int main(int raw_argc, char** raw_argv) {
       "Sources (any mix): --device=NAME=PATH, --manifest=FILE, --serve-files=PATH[,PATH...].\n"
       "With none, a demo device is created under --data-dir and served.\n"
       "Settings also come from --config=FILE (textproto, blockread.v1.ServerConfig); flags win.\n"
+      "--check-config=FILE validates such a file and exits (0: OK).\n"
       "Flag names may be written with dashes or underscores (--data-dir, --data_dir).\n"
       "Prometheus metrics: http://",
       blockread::server::kDefaultMetricsListen,
@@ -71,6 +72,10 @@ int main(int raw_argc, char** raw_argv) {
   if (!config.ok()) {
     fprintf(stderr, "blockread-server: %s\n", std::string(config.status().message()).c_str());
     return 2;
+  }
+  if (const auto checked = blockread::server::CheckConfigFile()) {
+    printf("blockread-server: %s: OK\n", checked->c_str());
+    return 0;
   }
   auto server = blockread::server::BlockReadServer::Start(*config);
   if (!server.ok()) {

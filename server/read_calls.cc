@@ -107,13 +107,7 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
 }
 
 void ReadBlockCall::FinishWith(const grpc::Status& status) {
-  if (!may_start_operations()) return;
-  CountFinish(status.error_code());
-  if (status.ok()) {
-    responder_.Finish(response_, status, Op(finish_tag_));
-  } else {
-    responder_.FinishWithError(status, Op(finish_tag_));
-  }
+  FinishUnary(responder_, response_, status, finish_tag_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -37,26 +37,18 @@ class UnaryCall final : public Call {
         method_(method),
         handler_(handler),
         responder_(&context_) {
-    RequestCall([&](void* tag) {
-      (service_->*method_)(&context_, &request_, &responder_, worker_.queue(), worker_.queue(),
-                           tag);
-    });
+    (service_->*method_)(&context_, &request_, &responder_, worker_.queue(), worker_.queue(),
+                         RequestTag());
   }
 
   void PostNext() override { Post(worker_, service_, method_, handler_, method()); }
-  void OnRequest() override { Finish(handler_(worker_, request_, &response_)); }
-  void Refuse(const grpc::Status& status) override { Finish(status); }
-  void OnEvent(uint8_t, bool) override {}  // kFinish: the answer is out; nothing left to do
-
-  void Finish(const grpc::Status& status) {
-    if (!may_start_operations()) return;
-    CountFinish(status.error_code());
-    if (status.ok()) {
-      responder_.Finish(response_, status, Op(finish_tag_));
-    } else {
-      responder_.FinishWithError(status, Op(finish_tag_));
-    }
+  void OnRequest() override {
+    FinishUnary(responder_, response_, handler_(worker_, request_, &response_), finish_tag_);
   }
+  void Refuse(const grpc::Status& status) override {
+    FinishUnary(responder_, response_, status, finish_tag_);
+  }
+  void OnEvent(uint8_t, bool) override {}  // kFinish: the answer is out; nothing left to do
 
   Service* const service_;
   const RequestMethod method_;

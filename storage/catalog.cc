@@ -1,5 +1,6 @@
 #include "storage/catalog.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -75,26 +76,38 @@ absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
   return AddStaticFile(*std::move(map));
 }
 
-absl::StatusOr<FileMap> Catalog::BuildImportedMap(const std::string& name, const std::string& path,
-                                                  bool may_add_devices, FileIdentity* identity) {
-  auto mapped = MapFileExtents(path);
+absl::StatusOr<FileMap> Catalog::BuildImportedMap(const std::string& name,
+                                                  const BeneathPath& source, bool may_add_devices,
+                                                  FileIdentity* identity) {
+  const std::string path = source.display();
+  auto mapped = MapFileExtents(source);
   if (!mapped.ok()) return mapped.status();
   *identity = mapped->identity;
   const uint64_t size = mapped->identity.size;
 
   if (!mapped->file_route_reason.empty()) {
     DeviceId id;
-    if (auto it = file_route_devices_.find(path); it != file_route_devices_.end()) {
+    const std::pair<dev_t, ino_t> inode{identity->filesystem_device, identity->inode};
+    if (auto it = file_route_devices_.find(inode); it != file_route_devices_.end()) {
       id = it->second;
     } else if (may_add_devices) {
+      auto fd = OpenBeneath(source, O_RDONLY | O_DIRECT);
+      if (!fd.ok()) return fd.status();
       Device::Options options;
       options.file_route = true;
+      options.adopt_fd = *fd;
       auto device = Device::Open(absl::StrCat("file:", name), path, options);
       if (!device.ok()) return device.status();
+      struct stat st;
+      if (fstat((*device)->fd(), &st) != 0 || st.st_dev != inode.first ||
+          st.st_ino != inode.second) {
+        return absl::UnavailableError(absl::StrFormat(
+            "file %s (%s) was replaced while it was imported; try again", name, path));
+      }
       auto added = AddDevice(*std::move(device));
       if (!added.ok()) return added.status();
       id = *added;
-      file_route_devices_[path] = id;
+      file_route_devices_[inode] = id;
       LogInfo(absl::StrFormat("file %s (%s) is served through the file itself: %s", name, path,
                               mapped->file_route_reason));
     } else {
@@ -154,14 +167,20 @@ absl::StatusOr<FileMap> Catalog::BuildImportedMap(const std::string& name, const
 }
 
 absl::Status Catalog::ImportFile(std::string name, std::string path) {
+  auto source = BeneathParent(path);
+  if (!source.ok()) return source.status();
+  return ImportBeneath(std::move(name), *std::move(source));
+}
+
+absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source) {
   if (files_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("file name '", name, "' is used twice"));
   }
   auto entry = std::make_unique<FileEntry>();
-  entry->source_path = path;
   FileIdentity identity;
-  auto map = BuildImportedMap(name, path, /*may_add_devices=*/true, &identity);
+  auto map = BuildImportedMap(name, source, /*may_add_devices=*/true, &identity);
   if (!map.ok()) return map.status();
+  entry->source = std::move(source);
   {
     std::unique_lock lock(entry->mu);
     entry->imported_map = std::make_shared<const FileMap>(*std::move(map));
@@ -193,8 +212,11 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   if (error) return PosixError(error, absl::StrCat("walking ", path));
   if (found.empty()) return absl::NotFoundError(absl::StrCat(path, " holds no regular files"));
   std::sort(found.begin(), found.end());
+  auto directory = RootDirectory::Open(path);
+  if (!directory.ok()) return directory.status();
   for (const fs::path& file : found) {
-    absl::Status added = ImportFile(file.lexically_relative(root).generic_string(), file.string());
+    std::string relative = file.lexically_relative(root).generic_string();
+    absl::Status added = ImportBeneath(relative, BeneathPath{*directory, relative});
     if (!added.ok()) return added;
   }
   return found.size();
@@ -206,11 +228,11 @@ absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
   FileEntry& entry = *it->second;
   if (entry.static_map) return entry.static_map;
 
-  auto current = StatFileIdentity(entry.source_path);
+  auto current = StatFileIdentity(entry.source);
   if (!current.ok()) {
     if (absl::IsNotFound(current.status())) {
       return absl::NotFoundError(absl::StrFormat("file %s: %s was removed since it was imported",
-                                                 name, entry.source_path));
+                                                 name, entry.source.display()));
     }
     return current.status();
   }
@@ -232,16 +254,16 @@ absl::StatusOr<FileMapRef> Catalog::Reimport(absl::string_view name, FileEntry& 
     return absl::FailedPreconditionError(absl::StrFormat(
         "file %s: %s was replaced since it was imported and is served through the file itself; "
         "restart the server to serve the new file",
-        name, entry.source_path));
+        name, entry.source.display()));
   }
   FileIdentity identity;
   auto map =
-      BuildImportedMap(std::string(name), entry.source_path, /*may_add_devices=*/false, &identity);
+      BuildImportedMap(std::string(name), entry.source, /*may_add_devices=*/false, &identity);
   if (!map.ok()) return map.status();
   entry.imported_map = std::make_shared<const FileMap>(*std::move(map));
   entry.identity = identity;
   LogInfo(absl::StrFormat("file %s: %s changed since import; re-imported (%d extents)", name,
-                          entry.source_path, entry.imported_map->extents().size()));
+                          entry.source.display(), entry.imported_map->extents().size()));
   return entry.imported_map;
 }
 

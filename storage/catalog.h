@@ -48,12 +48,14 @@ class Catalog {
 
   // Imports the file at `path` (on a mounted filesystem) as file `name`: through FIEMAP, with its
   // filesystem's disk opened as a device (once per disk), or, where FIEMAP offsets cannot be
-  // trusted, through the file itself; the route and its reason are logged.
+  // trusted, through the file itself; the route and its reason are logged. The file is opened,
+  // now and at every re-import, beneath its directory without following symlinks
+  // (storage/open_beneath.h).
   absl::Status ImportFile(std::string name, std::string path);
 
   // Imports `path`: a regular file is served as its base name; a directory's regular files
-  // (recursively, symlinks not followed) as their path relative to it. Returns how many files
-  // were added; fails if none.
+  // (recursively, symlinks not followed) as their path relative to it, opened beneath it. Returns
+  // how many files were added; fails if none.
   absl::StatusOr<size_t> ImportTree(const std::string& path);
 
   // ---- Serving (any thread) ----
@@ -76,8 +78,8 @@ class Catalog {
   struct FileEntry {
     // Static files: set once, never changes, read without the lock.
     FileMapRef static_map;
-    // Imported files:
-    std::string source_path;
+    // Imported files: where the file is, beneath its served root.
+    BeneathPath source;
     // std::shared_mutex, not absl::Mutex: Debian's Abseil is not built for ThreadSanitizer, which
     // then cannot see absl::Mutex synchronize; pthread-based locks it does see.
     std::shared_mutex mu;
@@ -87,16 +89,18 @@ class Catalog {
 
   // Maps `path` and builds its map, opening its disk (or the file itself) as a device if this is
   // setup (`may_add_devices`); on re-import the device must be the one already used.
-  absl::StatusOr<FileMap> BuildImportedMap(const std::string& name, const std::string& path,
+  absl::StatusOr<FileMap> BuildImportedMap(const std::string& name, const BeneathPath& source,
                                            bool may_add_devices, FileIdentity* identity);
+  absl::Status ImportBeneath(std::string name, BeneathPath source);
   absl::StatusOr<FileMapRef> Reimport(absl::string_view name, FileEntry& entry,
                                       const FileIdentity& current);
   absl::Status AddEntry(std::string name, std::unique_ptr<FileEntry> entry);
 
   std::vector<std::unique_ptr<Device>> devices_;
   absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;
-  // Devices opened for file-route imports, by the path they serve.
-  absl::flat_hash_map<std::string, DeviceId> file_route_devices_;
+  // Devices opened for file-route imports, by the (st_dev, st_ino) of the file they hold open:
+  // a descriptor is only ever used for the inode it was opened on.
+  absl::flat_hash_map<std::pair<dev_t, ino_t>, DeviceId> file_route_devices_;
 };
 
 }  // namespace blockread::storage

@@ -38,18 +38,6 @@ bool ReadSysfsFlag(const std::string& path) {
 
 }  // namespace
 
-const char* DeviceKindName(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kBlockDevice:
-      return "block-device";
-    case DeviceKind::kRegularFile:
-      return "regular-file";
-    case DeviceKind::kFileRoute:
-      return "file-route";
-  }
-  return "unknown";
-}
-
 bool BlockDeviceSupportsPolling(dev_t device_number) {
   const std::string base =
       absl::StrFormat("/sys/dev/block/%u:%u", major(device_number), minor(device_number));
@@ -68,8 +56,20 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::string name, std::stri
   device->path_ = std::move(path);
   const std::string& p = device->path_;
 
-  // Check the type first so a directory or socket gets a clear message, not an O_DIRECT error.
   struct stat st;
+  if (options.adopt_fd >= 0) {
+    device->fd_ = options.adopt_fd;
+    if (fstat(device->fd_, &st) != 0) {
+      return PosixError(errno, absl::StrCat("device ", device->name_, ": fstat ", p));
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ", device->name_, ": ", p, " is neither a block device nor a regular file"));
+    }
+    if (absl::Status s = device->LearnGeometry(st, options); !s.ok()) return s;
+    return device;
+  }
+  // Check the type first so a directory or socket gets a clear message, not an O_DIRECT error.
   if (stat(p.c_str(), &st) != 0) {
     return PosixError(errno, absl::StrCat("device ", device->name_, ": cannot open ", p));
   }
@@ -91,33 +91,39 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::string name, std::stri
   if (fstat(fd, &st) != 0) {
     return PosixError(errno, absl::StrCat("device ", device->name_, ": fstat ", p));
   }
+  if (absl::Status s = device->LearnGeometry(st, options); !s.ok()) return s;
+  return device;
+}
 
+absl::Status Device::LearnGeometry(const struct stat& st, const Options& options) {
+  const std::string& p = path_;
+  const int fd = fd_;
   if (S_ISBLK(st.st_mode)) {
-    device->kind_ = DeviceKind::kBlockDevice;
-    device->device_number_ = st.st_rdev;
+    kind_ = DeviceKind::kBlockDevice;
+    device_number_ = st.st_rdev;
     uint64_t size = 0;
     if (ioctl(fd, BLKGETSIZE64, &size) != 0) {
-      return PosixError(errno, absl::StrCat("device ", device->name_, ": BLKGETSIZE64 on ", p));
+      return PosixError(errno, absl::StrCat("device ", name_, ": BLKGETSIZE64 on ", p));
     }
     int block_size = 0;
     if (ioctl(fd, BLKSSZGET, &block_size) != 0) {
-      return PosixError(errno, absl::StrCat("device ", device->name_, ": BLKSSZGET on ", p));
+      return PosixError(errno, absl::StrCat("device ", name_, ": BLKSSZGET on ", p));
     }
-    device->size_ = size;
-    device->logical_block_size_ = static_cast<uint32_t>(block_size);
-    device->io_poll_supported_ = BlockDeviceSupportsPolling(st.st_rdev);
+    size_ = size;
+    logical_block_size_ = static_cast<uint32_t>(block_size);
+    io_poll_supported_ = BlockDeviceSupportsPolling(st.st_rdev);
   } else {
-    device->kind_ = options.file_route ? DeviceKind::kFileRoute : DeviceKind::kRegularFile;
-    device->size_ = static_cast<uint64_t>(st.st_size);
-    device->logical_block_size_ = RegularFileDirectIoAlignment(fd, st);
+    kind_ = options.file_route ? DeviceKind::kFileRoute : DeviceKind::kRegularFile;
+    size_ = static_cast<uint64_t>(st.st_size);
+    logical_block_size_ = RegularFileDirectIoAlignment(fd, st);
   }
 
-  if (device->kind_ != DeviceKind::kFileRoute && device->size_ % device->logical_block_size_ != 0) {
+  if (kind_ != DeviceKind::kFileRoute && size_ % logical_block_size_ != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "device %s: size of %s (%u bytes) is not a multiple of its logical block size (%u bytes)",
-        device->name_, p, device->size_, device->logical_block_size_));
+        name_, p, size_, logical_block_size_));
   }
-  return device;
+  return absl::OkStatus();
 }
 
 Device::~Device() {

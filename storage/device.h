@@ -2,6 +2,7 @@
 #ifndef BLOCKREAD_STORAGE_DEVICE_H_
 #define BLOCKREAD_STORAGE_DEVICE_H_
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -18,8 +19,6 @@ enum class DeviceKind : uint8_t {
   kFileRoute,    // a filesystem file served through itself; see storage/fiemap.h
 };
 
-const char* DeviceKindName(DeviceKind kind);
-
 // An open, read-only, O_DIRECT device. Immutable after Open(); every method may be called from
 // any thread. Reads are issued by the engine with the fd; this class does no I/O itself.
 class Device {
@@ -29,6 +28,10 @@ class Device {
     // partial block (the file's tail; reads there are short) and its size follows the file.
     // Every other device must be a whole number of logical blocks.
     bool file_route = false;
+    // A descriptor already opened O_RDONLY | O_DIRECT (e.g. beneath a served root, without
+    // following symlinks) to use instead of opening `path`, which then only names it in messages.
+    // The device owns it from the call on, also when Open fails.
+    int adopt_fd = -1;
   };
 
   // Opens `path` O_RDONLY | O_DIRECT and learns its geometry. `name` is how extents and stats
@@ -61,6 +64,8 @@ class Device {
 
  private:
   Device() = default;
+  // Size, block size and kind of the open descriptor fd_, whose fstat is `st`.
+  absl::Status LearnGeometry(const struct stat& st, const Options& options);
 
   std::string name_;
   std::string path_;

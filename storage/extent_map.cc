@@ -4,32 +4,6 @@
 
 namespace blockread::storage {
 
-const char* ExtentTypeName(ExtentType type) {
-  switch (type) {
-    case ExtentType::kMapped:
-      return "MAPPED";
-    case ExtentType::kHole:
-      return "HOLE";
-    case ExtentType::kUnwritten:
-      return "UNWRITTEN";
-  }
-  return "UNKNOWN";
-}
-
-const char* FileSourceName(FileSource source) {
-  switch (source) {
-    case FileSource::kWholeDevice:
-      return "whole-device";
-    case FileSource::kManifest:
-      return "manifest";
-    case FileSource::kFiemap:
-      return "fiemap";
-    case FileSource::kFileRoute:
-      return "file-route";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<FileMap> FileMap::Create(std::string name, uint64_t size, uint32_t block_size,
                                         FileSource source, std::vector<Extent> extents) {
   if (block_size == 0 || (block_size & (block_size - 1)) != 0) {

@@ -23,8 +23,6 @@ enum class ExtentType : uint8_t {
 };
 inline constexpr int kExtentTypeCount = 3;
 
-const char* ExtentTypeName(ExtentType type);
-
 struct Extent {
   uint64_t logical_offset = 0;
   uint64_t length = 0;
@@ -44,8 +42,6 @@ enum class FileSource : uint8_t {
   kFileRoute,    // served through the file itself (O_DIRECT on the file, identity-mapped)
 };
 inline constexpr int kFileSourceCount = 4;
-
-const char* FileSourceName(FileSource source);
 
 // An immutable extent map of one file. Safe to read from any thread.
 class FileMap {

@@ -103,10 +103,22 @@ std::string FilesystemRouteReason(int fd, const struct stat& st) {
 
 }  // namespace
 
-absl::StatusOr<FileIdentity> StatFileIdentity(const std::string& path) {
+absl::StatusOr<FileIdentity> StatFileIdentity(const BeneathPath& path) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return PosixError(errno, absl::StrCat("stat ", path));
+  if (fstatat(path.root->fd(), path.relative.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return PosixError(errno, absl::StrCat("stat ", path.display()));
+  }
   return IdentityOf(st);
+}
+
+absl::StatusOr<BeneathPath> BeneathParent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  auto root = RootDirectory::Open(parent);
+  if (!root.ok()) return root.status();
+  return BeneathPath{*std::move(root), path.substr(slash == std::string::npos ? 0 : slash + 1)};
 }
 
 absl::StatusOr<DiskLocation> LocateOnDisk(dev_t device) {
@@ -151,19 +163,27 @@ absl::StatusOr<DiskLocation> LocateOnDisk(dev_t device) {
 }
 
 namespace {
-absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::string& path,
+absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPath& beneath,
                                                                  int replacements_left);
 }  // namespace
 
-absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
+absl::StatusOr<FiemapResult> MapFileExtents(const BeneathPath& path) {
   return MapFileExtentsFollowingReplacements(path, /*replacements_left=*/4);
 }
 
+absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
+  auto beneath = BeneathParent(path);
+  if (!beneath.ok()) return beneath.status();
+  return MapFileExtents(*beneath);
+}
+
 namespace {
-absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::string& path,
+absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPath& beneath,
                                                                  int replacements_left) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return PosixError(errno, absl::StrCat("open ", path));
+  const std::string path = beneath.display();
+  auto opened = OpenBeneath(beneath, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   absl::Cleanup close_fd = [fd] { close(fd); };
 
   struct stat st;
@@ -246,7 +266,9 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::stri
     struct stat after;
     struct stat by_path;
     if (fstat(fd, &after) != 0) return PosixError(errno, absl::StrCat("fstat ", path));
-    if (stat(path.c_str(), &by_path) != 0) return PosixError(errno, absl::StrCat("stat ", path));
+    if (fstatat(beneath.root->fd(), beneath.relative.c_str(), &by_path, AT_SYMLINK_NOFOLLOW) != 0) {
+      return PosixError(errno, absl::StrCat("stat ", path));
+    }
     if (IdentityOf(before) == IdentityOf(after) && IdentityOf(after) == IdentityOf(by_path)) {
       result.identity = IdentityOf(after);
       return result;
@@ -254,7 +276,7 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const std::stri
     if ((by_path.st_ino != after.st_ino || by_path.st_dev != after.st_dev) &&
         replacements_left > 0) {
       // Replaced while we mapped it: map the new file instead.
-      return MapFileExtentsFollowingReplacements(path, replacements_left - 1);
+      return MapFileExtentsFollowingReplacements(beneath, replacements_left - 1);
     }
   }
   return absl::UnavailableError(

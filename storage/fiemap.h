@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "storage/open_beneath.h"
 
 namespace blockread::storage {
 
@@ -26,8 +27,10 @@ struct FileIdentity {
   bool operator==(const FileIdentity&) const = default;
 };
 
-// statx(2) of `path`, following symlinks. Errors name the path.
-absl::StatusOr<FileIdentity> StatFileIdentity(const std::string& path);
+// The identity of what `path` names now, without following a symlink at its last component (a
+// symlink renamed over a served name has an identity of its own, so it reads as a change).
+// Errors name the path.
+absl::StatusOr<FileIdentity> StatFileIdentity(const BeneathPath& path);
 
 // One FIEMAP extent, physical offset relative to the whole disk (partition start added).
 struct DeviceExtent {
@@ -52,10 +55,16 @@ struct FiemapResult {
 };
 
 // Maps `path` with FS_IOC_FIEMAP (FIEMAP_FLAG_SYNC, so dirty data reaches the device first),
-// looping until the extent flagged LAST. Retries if the file changes while it is mapped.
-// Errors (the file is missing, not a regular file, unreadable, keeps changing) name the path.
-// A file that cannot be served from the raw device is not an error: see file_route_reason.
+// looping until the extent flagged LAST. Retries if the file changes while it is mapped. The file
+// is opened with OpenBeneath: no symlink is followed and a FIFO does not block. Errors (the file
+// is missing, not a regular file, behind a symlink, unreadable, keeps changing) name the path. A
+// file that cannot be served from the raw device is not an error: see file_route_reason.
+absl::StatusOr<FiemapResult> MapFileExtents(const BeneathPath& path);
+// The same for `path` beneath its parent directory (for tools and tests).
 absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path);
+
+// `path` as a BeneathPath of its parent directory.
+absl::StatusOr<BeneathPath> BeneathParent(const std::string& path);
 
 // The whole-disk device number and /dev path for filesystem device `device`, and the byte
 // offset of `device` on that disk (the partition start; 0 for a whole disk).

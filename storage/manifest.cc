@@ -4,6 +4,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,14 +38,19 @@ int LineOf(const Tree* tree, const google::protobuf::Descriptor* type,
   return tree->GetLocation(type->FindFieldByName(field_name), index).line + 1;
 }
 
-ExtentType ToExtentType(v1::ExtentType type) {
+// nullopt for a value the schema does not define: proto3 enums are open, so the text parser
+// accepts any number (`type: 7`), and guessing MAPPED could serve bytes that are not the file's.
+std::optional<ExtentType> ToExtentType(v1::ExtentType type) {
   switch (type) {
+    case v1::EXTENT_TYPE_UNSPECIFIED:  // the schema's default: MAPPED
+    case v1::MAPPED:
+      return ExtentType::kMapped;
     case v1::HOLE:
       return ExtentType::kHole;
     case v1::UNWRITTEN:
       return ExtentType::kUnwritten;
     default:
-      return ExtentType::kMapped;
+      return std::nullopt;
   }
 }
 
@@ -126,8 +132,12 @@ absl::Status LoadManifest(const std::string& manifest_path, Catalog& catalog) {
         return error_at(line, absl::StrFormat("%sextent %d at offset %u: %s", file_prefix, x,
                                               e.logical_offset(), what));
       };
-      Extent extent{e.logical_offset(), e.length(), ToExtentType(e.type()), kNoDevice,
-                    e.physical_offset()};
+      const std::optional<ExtentType> type = ToExtentType(e.type());
+      if (!type) {
+        return problem(absl::StrFormat("has unknown type %d (MAPPED, HOLE or UNWRITTEN)",
+                                       static_cast<int>(e.type())));
+      }
+      Extent extent{e.logical_offset(), e.length(), *type, kNoDevice, e.physical_offset()};
       if (extent.length == 0) return problem("has zero length");
       if (extent.logical_offset > UINT64_MAX - extent.length ||
           extent.physical_offset > UINT64_MAX - extent.length) {

@@ -2,10 +2,6 @@
 
 namespace blockread::storage {
 
-const char* ReadPathName(ReadPathKind path) {
-  return path == ReadPathKind::kSimple ? "simple" : "generic";
-}
-
 const char* FallbackReasonName(FallbackReason reason) {
   switch (reason) {
     case FallbackReason::kDisabled:
@@ -22,10 +18,6 @@ const char* FallbackReasonName(FallbackReason reason) {
       return "spans_extents";
   }
   return "unknown";
-}
-
-const char* PollModeName(PollMode mode) {
-  return mode == PollMode::kIoPoll ? "iopoll" : "interrupt";
 }
 
 namespace {

@@ -24,7 +24,6 @@ using wire::LatencyHistogram;
 // Which path served a read.
 enum class ReadPathKind : uint8_t { kSimple = 0, kGeneric = 1 };
 inline constexpr int kReadPathCount = 2;
-const char* ReadPathName(ReadPathKind path);
 
 // Why a read did not take the simple path (the -ENOTBLK of the seeds).
 enum class FallbackReason : uint8_t {
@@ -48,7 +47,6 @@ enum class PollMode : uint8_t {
   kIoPoll = 1,     // IORING_SETUP_IOPOLL ring; the kernel polls the device's poll queues
 };
 inline constexpr int kPollModeCount = 2;
-const char* PollModeName(PollMode mode);
 
 // Which row of the I/O backend table (storage/io_backend.h) serves a device on a worker.
 enum class BackendKind : uint8_t {

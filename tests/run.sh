@@ -2,7 +2,8 @@
 # The test command. On a fresh Debian 12 machine as root: installs what is missing, builds, and
 # runs every test through ctest three times: a normal build, an ASan+UBSan build and a TSan build.
 # Exits non-zero on any failure. Tests that need root (loop devices, mounts) skip with a stated
-# reason otherwise.
+# reason otherwise; skipped cases are listed after each ctest, and a case that needs root skipping
+# while this runs as root is a failure.
 #
 #   tests/run.sh                 everything
 #   BLOCKREAD_SKIP_SANITIZERS=1  only the normal build (quicker while iterating)
@@ -16,10 +17,22 @@ jobs=$(nproc)
 run_suite() {
   local dir=$1; shift
   echo "=== tests/run.sh: configure and build $dir $*"
-  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null
+  cmake -S "$root" -B "$dir" -G Ninja -DBLOCKREAD_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   echo "=== tests/run.sh: ctest in $dir"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  # Every test binary appends its skipped cases, with the reasons, here (tests/support/test_main.cc).
+  local skipped="$root/$dir/skipped-cases.txt" status=0
+  rm -f "$skipped"
+  BLOCKREAD_SKIPPED_LOG="$skipped" ctest --test-dir "$dir" --output-on-failure -j "$jobs" || status=$?
+  if [ -s "$skipped" ]; then
+    echo "=== tests/run.sh: test cases skipped in $dir:"
+    sort "$skipped" | sed 's/^blockread-skipped: /  /'
+    if [ "$(id -u)" -eq 0 ] && grep -q '^blockread-skipped: [^ ]*: needs root' "$skipped"; then
+      echo "tests/run.sh: running as root, yet test cases that need root skipped (above)" >&2
+      exit 1
+    fi
+  fi
+  [ "$status" -eq 0 ] || exit "$status"
 }
 
 run_suite build/test-release -DCMAKE_BUILD_TYPE=RelWithDebInfo

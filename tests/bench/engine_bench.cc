@@ -10,7 +10,9 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +46,8 @@ using storage::Catalog;
 using storage::EngineConfig;
 using storage::EngineContext;
 using storage::ReadResult;
+
+constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 
 struct RunResult {
   double iops = 0;
@@ -236,29 +240,34 @@ int Main(int argc, char** argv) {
       fprintf(stderr, "engine_bench: qd=%d fio ...\n", qd);
       fio = RunFio(device, qd, cpu);
     }
-    auto num = [](std::optional<double> v) { return v ? absl::StrFormat("%.0f", *v) : "-"; };
-    const std::optional<double> off_iops = off ? std::optional(off->iops) : std::nullopt;
-    const std::optional<double> on_iops = on ? std::optional(on->iops) : std::nullopt;
-    const std::optional<double> gain =
-        off && on ? std::optional((on->iops / off->iops - 1) * 100) : std::nullopt;
-    const std::optional<double> vs_fio = on && fio ? std::optional(on->iops / *fio) : std::nullopt;
+    // What this run did not measure (no simple_max_bytes=0 run, no positive one, --nofio) is NaN
+    // and prints as "-" in the table and null in JSON. Plain doubles, not std::optional<double>:
+    // every value is initialized, where GCC 12 at -O3 could not prove an optional's payload was.
+    const double off_iops = off ? off->iops : kNotMeasured;
+    const double on_iops = on ? on->iops : kNotMeasured;
+    const double fio_iops = fio.value_or(kNotMeasured);
+    const double gain_pct = (on_iops / off_iops - 1) * 100;  // NaN when either is
+    const double on_over_fio = on_iops / fio_iops;
+    const double p50_us = on ? on->p50_ns / 1000.0 : kNotMeasured;
+    const double p99_us = on ? on->p99_ns / 1000.0 : kNotMeasured;
     if (json) {
-      auto field = [](std::optional<double> v) {
-        return v ? absl::StrFormat("%.4f", *v) : std::string("null");
+      auto field = [](double v) {
+        return std::isnan(v) ? std::string("null") : absl::StrFormat("%.4f", v);
       };
       rows.push_back(absl::StrFormat(
           "{\"qd\": %d, \"simple0_iops\": %s, \"simple1_iops\": %s, \"gain_pct\": %s, "
           "\"fio_iops\": %s, \"simple1_over_fio\": %s, \"simple1_p50_us\": %s, "
           "\"simple1_p99_us\": %s}",
-          qd, field(off_iops), field(on_iops), field(gain), field(fio), field(vs_fio),
-          field(on ? std::optional(on->p50_ns / 1000.0) : std::nullopt),
-          field(on ? std::optional(on->p99_ns / 1000.0) : std::nullopt)));
+          qd, field(off_iops), field(on_iops), field(gain_pct), field(fio_iops), field(on_over_fio),
+          field(p50_us), field(p99_us)));
     } else {
-      printf("%5d %12s %12s %8s %12s %12s %10s %10s\n", qd, num(off_iops).c_str(),
-             num(on_iops).c_str(), gain ? absl::StrFormat("%+.2f%%", *gain).c_str() : "-",
-             num(fio).c_str(), vs_fio ? absl::StrFormat("%.3f", *vs_fio).c_str() : "-",
-             on ? absl::StrFormat("%.1fus", on->p50_ns / 1000.0).c_str() : "-",
-             on ? absl::StrFormat("%.1fus", on->p99_ns / 1000.0).c_str() : "-");
+      auto cell = [](const absl::FormatSpec<double>& format, double v) {
+        return std::isnan(v) ? std::string("-") : absl::StrFormat(format, v);
+      };
+      printf("%5d %12s %12s %8s %12s %12s %10s %10s\n", qd, cell("%.0f", off_iops).c_str(),
+             cell("%.0f", on_iops).c_str(), cell("%+.2f%%", gain_pct).c_str(),
+             cell("%.0f", fio_iops).c_str(), cell("%.3f", on_over_fio).c_str(),
+             cell("%.1fus", p50_us).c_str(), cell("%.1fus", p99_us).c_str());
       fflush(stdout);
     }
   }

@@ -17,6 +17,7 @@
 #include "tests/support/loop_device.h"
 
 ABSL_DECLARE_FLAG(std::optional<std::string>, config);
+ABSL_DECLARE_FLAG(std::optional<std::string>, check_config);
 ABSL_DECLARE_FLAG(std::optional<std::string>, listen);
 ABSL_DECLARE_FLAG(std::optional<uint64_t>, simple_max_bytes);
 ABSL_DECLARE_FLAG(std::optional<std::vector<std::string>>, device);
@@ -165,6 +166,36 @@ TEST(ServerConfigTest, ErrorsNameTheProblem) {
   config.set_metrics_listen("7421");
   EXPECT_NE(FinalizeServerConfig(config).status().message().find("--metrics_listen: '7421'"),
             std::string::npos);
+}
+
+// --check-config=FILE reads FILE exactly as --config would (flags on top), so what it accepts is
+// what the server starts with; naming two different files is an error, not a silent pick.
+TEST(ServerConfigTest, CheckConfigReadsTheFileAsConfig) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/server.textproto";
+  std::ofstream(path) << "listen: \"0.0.0.0:7420\"\ndevice: \"nvme0=/dev/does-not-exist\"\n";
+  absl::SetFlag(&FLAGS_check_config, path);
+  EXPECT_EQ(CheckConfigFile(), path);
+  auto config = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, path);  // the same file twice is fine
+  auto same = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, dir.path() + "/other.textproto");
+  auto different = LoadServerConfig();
+  absl::SetFlag(&FLAGS_config, std::nullopt);
+  absl::SetFlag(&FLAGS_check_config, dir.path() + "/missing");
+  auto missing = LoadServerConfig();
+  absl::SetFlag(&FLAGS_check_config, std::nullopt);
+  EXPECT_EQ(CheckConfigFile(), std::nullopt);
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen(), "0.0.0.0:7420");
+  EXPECT_EQ(config->device(0), "nvme0=/dev/does-not-exist");  // not opened by the check
+  EXPECT_TRUE(same.ok()) << same.status();
+  EXPECT_NE(different.status().message().find("name different files"), std::string::npos)
+      << different.status();
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("--check-config: cannot read"), std::string::npos)
+      << missing.status();
 }
 
 TEST(ServerConfigTest, CpuLists) {

@@ -278,6 +278,8 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
   for (const auto& [code, count] : stats["rejected"].items()) {
     EXPECT_EQ(count.get<double>(), now.Value("blockread_read_rejections_total", {{"code", code}}));
   }
+  // The backend the workers read the device through (a loop device: io_uring in interrupt mode).
+  EXPECT_EQ(stats["devices"][0]["backend"].get<std::string>(), "io_uring");
   EXPECT_EQ(stats["devices"][0]["reads"].get<double>(),
             now.Value("blockread_device_reads_total", {{"device", "demo"}}));
   for (const nlohmann::json& rpc : stats["rpcs"]) {

@@ -213,8 +213,8 @@ TEST_F(WorkerStepTest, ShutdownWithReadsWaitingForSlotsDropsTheWaitersAndDrainsT
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<v1::ReadBlockResponse> responses(3);
   std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) contexts.push_back(std::make_unique<grpc::ClientContext>());
   for (int i = 0; i < 3; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
     clients.push_back(std::make_unique<ClientThread>([&, i] {
       return stub_->ReadBlock(contexts[i].get(), Request(i * 4096, 4096), &responses[i]);
     }));

@@ -16,7 +16,10 @@ using testing::ReadOnce;
 
 TEST(IoErrorTest, EioFromABlockDeviceIsReturnedCountedAndContained) {
   if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
-  if (!testing::RunCommand("command -v xfs_io").ok()) GTEST_SKIP() << "xfs_io is not installed";
+  if (!testing::RunCommand("command -v xfs_io").ok()) {
+    GTEST_SKIP()
+        << "needs root and xfs_io, which is not installed (tests/run.sh installs xfsprogs)";
+  }
   testing::TempDir dir;
   // Declared in the order they are built; destroyed in reverse (engine, catalog, inner loop,
   // outer filesystem).

@@ -164,6 +164,15 @@ file { name: "a" size: 4096
               3, "is a HOLE but names a device");
 }
 
+// proto3 enums are open: the text parser takes a number the schema does not define.
+TEST_F(ManifestTest, UnknownExtentType) {
+  ExpectError(R"(device { name: "d0" path: "$DEV" }
+file { name: "a" size: 8192
+  extent { length: 4096 device: "d0" }
+  extent { logical_offset: 4096 length: 4096 type: 7 device: "d0" } })",
+              4, "file 'a': extent 1 at offset 4096: has unknown type 7");
+}
+
 TEST_F(ManifestTest, MissingDeviceNamesThePath) {
   absl::Status status = Load("device { name: \"d0\" path: \"/nonexistent/disk\" }");
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;

@@ -2,7 +2,12 @@
 // (or fails saying why), and the new map reads the new bytes straight from the device.
 #include <stdio.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
 
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
@@ -123,6 +128,46 @@ TEST_P(StalenessTest, AReimportOutOfDescriptorsIsAnAnswerNotBusy) {
   testing::CompletedRead read = testing::ReadOnce(**engine, "file", 0, 4096);
   ASSERT_TRUE(read.status.ok()) << read.status;
   EXPECT_TRUE(read.data == *ReadFileRange(path_, 0, 4096));
+}
+
+// Whoever can write the served directory can rename anything over a served name. A symlink to a
+// file outside the served root is never followed: the name stops being served, and not one byte
+// of the link's target is returned.
+TEST_P(StalenessTest, ASymlinkRenamedOverAServedNameIsNeverFollowed) {
+  const std::vector<char> secret(64 * 1024, 'S');
+  const std::string secret_path = dir_.path() + "/secret";  // outside the filesystem served
+  ASSERT_TRUE(WriteAt(secret_path, 0, secret, true).ok());
+  const std::string link = fs_->root() + "/.link";
+  ASSERT_EQ(symlink(secret_path.c_str(), link.c_str()), 0);
+  ASSERT_EQ(rename(link.c_str(), path_.c_str()), 0);
+  auto map = catalog_.Resolve("file");
+  ASSERT_FALSE(map.ok()) << "a symlink was followed";
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kFailedPrecondition) << map.status();
+  auto engine = EngineContext::Create(catalog_, EngineConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  testing::CompletedRead read = testing::ReadOnce(**engine, "file", 0, 4096);
+  EXPECT_FALSE(read.status.ok());
+  EXPECT_EQ(std::count(read.data.begin(), read.data.end(), 'S'), 0);
+}
+
+// A FIFO renamed over a served name must not hang the thread that looks at it (opening a FIFO
+// for reading blocks until a writer comes, unless O_NONBLOCK), and other files keep being served.
+TEST_P(StalenessTest, AFifoRenamedOverAServedNameDoesNotHang) {
+  const std::string other = fs_->root() + "/other";
+  ASSERT_TRUE(WriteAt(other, 0, RandomBytes(8192, 4), true).ok());
+  ASSERT_TRUE(catalog_.ImportFile("other", other).ok());
+  const std::string fifo = fs_->root() + "/.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(rename(fifo.c_str(), path_.c_str()), 0);
+  auto resolved = std::async(std::launch::async, [&] { return catalog_.Resolve("file"); });
+  ASSERT_EQ(resolved.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "Resolve hung on a FIFO";
+  EXPECT_FALSE(resolved.get().ok());
+  auto map = catalog_.Resolve("other");
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto bytes = ReadThroughMap(catalog_, **map, 0, 8192);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_TRUE(*bytes == *ReadFileRange(other, 0, 8192));
 }
 
 INSTANTIATE_TEST_SUITE_P(Filesystems, StalenessTest, ::testing::Values(FsType::kExt4, FsType::kXfs),

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -19,10 +21,13 @@ namespace blockread::testing {
 
 std::string LoopDevicesUnavailableReason() {
   if (geteuid() != 0) return "needs root to attach loop devices and mount filesystems";
-  if (access("/dev/loop-control", R_OK | W_OK) != 0) return "no /dev/loop-control";
+  if (access("/dev/loop-control", R_OK | W_OK) != 0) {
+    return absl::StrCat("needs root and /dev/loop-control: ", strerror(errno));
+  }
   for (const char* tool : {"losetup", "mkfs.ext4", "mkfs.xfs"}) {
     if (!RunCommand(absl::StrCat("command -v ", tool)).ok()) {
-      return absl::StrCat(tool, " is not installed (tests/run.sh installs it)");
+      return absl::StrCat("needs root and ", tool,
+                          ", which is not installed (tests/run.sh installs it)");
     }
   }
   return "";

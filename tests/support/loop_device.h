@@ -16,7 +16,10 @@
 
 namespace blockread::testing {
 
-// Why tests that need root and loop devices cannot run here, or "" if they can.
+// Why tests that need root and loop devices cannot run here, or "" if they can. Like the reason
+// of every skip for want of root or of what root brings (loop devices, mounts, the tools
+// tests/run.sh installs), it starts with "needs root": tests/run.sh fails when it runs as root and
+// a case skipped for such a reason (see test_main.cc).
 std::string LoopDevicesUnavailableReason();
 
 // Runs `command` with /bin/sh; returns its stdout, or an error with its output and exit code.

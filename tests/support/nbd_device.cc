@@ -1,6 +1,8 @@
 #include "tests/support/nbd_device.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -57,6 +59,14 @@ absl::StatusOr<std::unique_ptr<NbdDevice>> NbdDevice::Create(const std::string& 
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (pid == 0) {
+    // Dies with the test process, even one that aborts (a sanitizer report) before its
+    // destructors run, and keeps nothing of ctest's output pipe open (ctest would wait for it).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int log = open((base + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (log >= 0) {
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
     execvp(argv[0], argv.data());
     _exit(127);
   }
