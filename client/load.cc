@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -343,6 +344,101 @@ std::string FormatUs(double ns) {
   return ns >= 1e6 ? absl::StrFormat("%.2fms", ns / 1e6) : absl::StrFormat("%.1fus", ns / 1e3);
 }
 
+// The threads' totals at one moment.
+struct Totals {
+  uint64_t reads = 0, bytes = 0;
+  wire::HistogramSnapshot latency_ns;
+};
+
+Totals Sum(const std::vector<std::unique_ptr<ThreadStats>>& stats) {
+  Totals totals;
+  for (const auto& s : stats) {
+    totals.reads += s->reads.Load();
+    totals.bytes += s->bytes.Load();
+    s->latency_ns.AddTo(totals.latency_ns);
+  }
+  return totals;
+}
+
+// The interval between two totals, ending `end_s` into the measured interval.
+LoadSecond Interval(const Totals& before, const Totals& after, double end_s, double seconds) {
+  wire::HistogramSnapshot latency = after.latency_ns;
+  for (int i = 0; i < wire::LatencyBuckets::kCount; ++i) {
+    latency.buckets[i] -= before.latency_ns.buckets[i];
+  }
+  return {end_s, seconds, after.reads - before.reads, after.bytes - before.bytes,
+          latency.Percentile(0.5), latency.Percentile(0.99)};
+}
+
+// Takes the threads' totals once a second, on whole seconds counted from the start of the
+// measured interval (ramp seconds included, before it): the per-second series of the measured
+// interval, and the progress line (stderr) when asked. Its thread runs from construction to Stop().
+class Sampler {
+ public:
+  Sampler(const Run& run, const std::vector<std::unique_ptr<ThreadStats>>& stats, bool progress)
+      : run_(run), stats_(stats), progress_(progress), thread_([this] { Loop(); }) {}
+  ~Sampler() {
+    if (thread_.joinable()) Stop(MonotonicNowNs());
+  }
+
+  // Call once, after the load threads ended (so the totals are final): stops the thread, adds
+  // the last interval, up to `end_ns` (it may be shorter than a second) and returns the series.
+  std::vector<LoadSecond> Stop(uint64_t end_ns) {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+    if (progress_) fprintf(stderr, "\n");
+    const uint64_t from = std::max(last_ns_, run_.measure_start_ns);
+    if (end_ns > from) {
+      series_.push_back(Interval(last_, Sum(stats_), (end_ns - run_.measure_start_ns) / 1e9,
+                                 (end_ns - from) / 1e9));
+    }
+    return std::move(series_);
+  }
+
+ private:
+  void Loop() {
+    uint64_t tick = run_.measure_start_ns;
+    while (tick >= run_.start_ns + 1'000'000'000) tick -= 1'000'000'000;
+    last_ns_ = run_.start_ns;
+    std::unique_lock lock(mu_);
+    // Ticks stop before the end of the measured interval: Stop() takes the last one exactly.
+    for (; tick < run_.measure_end_ns; tick += 1'000'000'000) {
+      const std::chrono::steady_clock::time_point at(
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::nanoseconds(tick)));
+      if (wake_.wait_until(lock, at, [this] { return done_; })) return;
+      const Totals now = Sum(stats_);
+      const LoadSecond second =
+          Interval(last_, now, (static_cast<double>(tick) - run_.measure_start_ns) / 1e9,
+                   (tick - last_ns_) / 1e9);
+      if (tick > run_.measure_start_ns) series_.push_back(second);
+      if (progress_) {
+        fprintf(stderr, "\r[%5.1fs] %10.0f IOPS %9.2f MiB/s  p50 %s p99 %s   ",
+                (tick - run_.start_ns) / 1e9, second.iops(), second.bandwidth() / 1048576.0,
+                FormatUs(second.p50_ns).c_str(), FormatUs(second.p99_ns).c_str());
+      }
+      last_ = now;
+      last_ns_ = tick;
+    }
+  }
+
+  const Run& run_;
+  const std::vector<std::unique_ptr<ThreadStats>>& stats_;
+  const bool progress_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool done_ = false;  // guarded by mu_
+  // Written by the sampler thread, read by Stop() after joining it.
+  std::vector<LoadSecond> series_;
+  Totals last_;
+  uint64_t last_ns_ = 0;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
 absl::Status AddStats(const v1::GetStatsResponse& stats, int sign,
                       std::map<std::string, uint64_t>& paths,
                       std::map<std::string, uint64_t>& fallbacks) {
@@ -483,40 +579,14 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     });
   }
 
-  // Progress: a status line a second, on a terminal only.
-  std::atomic<bool> done{false};
-  std::thread progress;
-  if (o.progress && isatty(STDERR_FILENO)) {
-    progress = std::thread([&] {
-      uint64_t last_reads = 0, last_bytes = 0;
-      while (!done.load()) {
-        for (int i = 0; i < 10 && !done.load(); ++i) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-        uint64_t reads = 0, bytes = 0;
-        wire::HistogramSnapshot latency;
-        for (auto& s : stats) {
-          reads += s->reads.Load();
-          bytes += s->bytes.Load();
-          s->latency_ns.AddTo(latency);
-        }
-        fprintf(stderr, "\r[%5.1fs] %10.0f IOPS %9.2f MiB/s  p99 %s   ",
-                (MonotonicNowNs() - run.start_ns) / 1e9, static_cast<double>(reads - last_reads),
-                (bytes - last_bytes) / 1048576.0, FormatUs(latency.Percentile(0.99)).c_str());
-        last_reads = reads;
-        last_bytes = bytes;
-      }
-      fprintf(stderr, "\n");
-    });
-  }
+  Sampler sampler(run, stats, o.progress && isatty(STDERR_FILENO));
   for (auto& t : threads) t.join();
   const uint64_t end_ns = std::min(MonotonicNowNs(), run.measure_end_ns);
-  done.store(true);
-  if (progress.joinable()) progress.join();
   if (run.verify_fd >= 0) close(run.verify_fd);
 
   LoadResult result;
   result.settings = settings;
+  result.per_second = sampler.Stop(end_ns);
   result.seconds = (end_ns - std::min(end_ns, run.measure_start_ns)) / 1e9;
   uint64_t queue = 0, device = 0, server = 0;
   for (auto& s : stats) {
@@ -535,10 +605,16 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     result.server_device_us = device / 1e3 / result.reads;
     result.server_total_us = server / 1e3 / result.reads;
   }
+  std::vector<std::string> versions;
   for (const std::string& target : o.targets) {
     auto after = BlockReadClient::Connect(target)->Stats();
-    if (after.ok()) AddStats(*after, 1, paths, fallbacks).IgnoreError();
+    if (!after.ok()) continue;
+    AddStats(*after, 1, paths, fallbacks).IgnoreError();
+    if (std::find(versions.begin(), versions.end(), after->version()) == versions.end()) {
+      versions.push_back(after->version());
+    }
   }
+  result.server_version = absl::StrJoin(versions, ", ");
   result.server_paths = paths;
   result.server_fallbacks = fallbacks;
   result.verify_failure = run.failure;
@@ -623,6 +699,17 @@ std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
   out["returned"] = r.returned;
   out["errors"] = nlohmann::json::object();
   for (const auto& [code, n] : r.errors) out["errors"][code] = n;
+  out["per_second"] = nlohmann::json::array();
+  for (const LoadSecond& second : r.per_second) {
+    out["per_second"].push_back({{"t", second.end_s},
+                                 {"seconds", second.seconds},
+                                 {"reads", second.reads},
+                                 {"iops", second.iops()},
+                                 {"bw_bytes", second.bandwidth()},
+                                 {"p50_us", second.p50_ns / 1e3},
+                                 {"p99_us", second.p99_ns / 1e3}});
+  }
+  out["server_version"] = r.server_version;
   out["server_paths"] = r.server_paths;
   out["server_fallbacks"] = r.server_fallbacks;
   if (!r.verify_failure.empty()) out["verify_failure"] = r.verify_failure;

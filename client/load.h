@@ -55,6 +55,16 @@ struct LoadSettings {
 // larger than the reads in flight per stream); the error names the option.
 absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& options);
 
+// One interval of the measured run (a second, the last one possibly shorter).
+struct LoadSecond {
+  double end_s = 0;    // end of the interval, seconds into the measured run
+  double seconds = 0;  // its length
+  uint64_t reads = 0, bytes = 0;  // counted reads that finished in it
+  uint64_t p50_ns = 0, p99_ns = 0;
+  double iops() const { return seconds > 0 ? reads / seconds : 0; }
+  double bandwidth() const { return seconds > 0 ? bytes / seconds : 0; }
+};
+
 struct LoadResult {
   LoadSettings settings;  // what the run used
   double seconds = 0;  // measured interval
@@ -69,6 +79,8 @@ struct LoadResult {
   // Server per-path stats over the run (GetStats after - before, summed over targets).
   std::map<std::string, uint64_t> server_paths;
   std::map<std::string, uint64_t> server_fallbacks;
+  std::string server_version;  // GetStats' version, of each target (comma-separated if several)
+  std::vector<LoadSecond> per_second;  // the measured run, second by second
   std::string verify_failure;  // non-empty: the first mismatch (the run stopped there)
   double iops() const { return seconds > 0 ? reads / seconds : 0; }
   double bandwidth() const { return seconds > 0 ? bytes / seconds : 0; }

@@ -62,6 +62,8 @@ void LoadCommandLine::AddTo(CLI::App* command) {
                     "Check every byte: against --verify-file, else the server's CRC32C");
   command->add_option("--verify-file", o->verify_file, "Local copy of the (single) --file");
   command->add_option("--output", raw.output, "text or json")->capture_default_str();
+  command->add_option("--report", raw.report,
+                      "Also write the run as a self-contained HTML page (charts) to this file");
 }
 
 absl::Status LoadCommandLine::Finish() {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/load_cli.h"
+#include "client/load_report.h"
 #include "gtest/gtest.h"
 #include "storage/manifest.h"
 #include "tests/support/loop_device.h"
@@ -209,11 +210,25 @@ TEST_F(LoadRunTest, SeveralStreamsPerThreadOverSeveralChannels) {
   EXPECT_EQ(result->settings.streams, 3);
   EXPECT_EQ(result->settings.channels, 2);
   EXPECT_EQ(result->settings.threads, 1);
+  // The per-second series covers the measured run and adds up to its reads.
+  ASSERT_FALSE(result->per_second.empty());
+  uint64_t reads = 0;
+  for (const LoadSecond& s : result->per_second) {
+    reads += s.reads;
+    EXPECT_GT(s.seconds, 0);
+    EXPECT_LE(s.seconds, 1.0001);
+    EXPECT_GE(s.p99_ns, s.p50_ns);
+  }
+  EXPECT_EQ(reads, result->reads);
+  EXPECT_NEAR(result->per_second.back().end_s, result->seconds, 0.01);
   const nlohmann::json json = nlohmann::json::parse(LoadResultJson(o, *result));
   EXPECT_EQ(json["settings"]["streams"], 3);
   EXPECT_EQ(json["settings"]["channels"], 2);
   EXPECT_EQ(json["settings"]["threads"], 1);
   EXPECT_EQ(json["settings"]["batch"], 2);
+  EXPECT_EQ(json["per_second"].size(), result->per_second.size());
+  EXPECT_TRUE(json["per_second"][0].contains("p99_us"));
+  EXPECT_FALSE(json["server_version"].get<std::string>().empty());
   const std::string text = LoadResultText(o, *result);
   EXPECT_NE(text.find("settings: threads=1 channels=2 streams=3 batch=2\n"), std::string::npos)
       << text;
@@ -233,6 +248,33 @@ TEST_F(LoadRunTest, DerivedSettingsAreReported) {
   EXPECT_EQ(result->settings.batch, derived->batch);
   EXPECT_EQ(result->settings.channels, derived->channels);
   EXPECT_NE(LoadResultText(o, *result).find("derived from --qd and --bs"), std::string::npos);
+}
+
+// The page loads nothing from anywhere and has every chart; tests/client/load_report_test.py
+// renders it in a real browser.
+TEST_F(LoadRunTest, HtmlReportIsSelfContained) {
+  LoadOptions o = Options();
+  o.stream = true;
+  o.files = {"sparse", "fragmented"};  // reads in holes fall back: the fallback chart has bars
+  o.runtime_s = 2;
+  auto result = RunLoad(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::string html = LoadReportHtml(o, *result, "blockread load --x='<a&b>'");
+  for (const char* id : {"iops-chart", "latency-chart", "histogram-chart", "split-chart",
+                         "paths-chart", "fallbacks-chart"}) {
+    EXPECT_NE(html.find(absl::StrCat("<svg id=\"", id, "\"")), std::string::npos) << id;
+  }
+  for (const char* banned : {"<script", "<link", "<img", "<iframe", "src=", "href=", "@import",
+                             "url(", "http:", "https:"}) {
+    EXPECT_EQ(html.find(banned), std::string::npos) << banned;
+  }
+  EXPECT_NE(html.find("blockread load --x=&#39;&lt;a&amp;b&gt;&#39;"), std::string::npos)
+      << "the command line, escaped";
+  EXPECT_NE(html.find(result->server_version), std::string::npos);
+  EXPECT_NE(html.find(LoadSettingsText(o, result->settings)), std::string::npos);
+  EXPECT_NE(html.find("server queue"), std::string::npos);
+  ASSERT_GT(result->server_fallbacks.at("not_mapped"), 0u);
+  EXPECT_NE(html.find("not_mapped"), std::string::npos);
 }
 
 TEST_F(LoadRunTest, NumberOfReads) {
