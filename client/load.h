@@ -48,9 +48,9 @@ struct LoadSettings {
   int batch = 1;     // reads per request message (1 in unary mode)
 };
 
-// Fills in the settings left at 0 from --qd and --bs, as measured fastest on one client CPU
-// (tests/bench/load_defaults_sweep.sh): enough streams that each carries a handful of reads, and
-// batches that amortise gRPC's per-message cost without making big reads wait for each other.
+// Fills in the settings left at 0 from --qd and --bs, as measured on one client CPU
+// (tests/bench/load_defaults_sweep.sh): a stream per 16 reads in flight (at most 8), each
+// stream's share sent in one message (at most 1 MiB of reads), one channel per thread.
 // Returns an error when the explicit and derived values do not fit together (e.g. a --batch
 // larger than the reads in flight per stream); the error names the option.
 absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& options);
@@ -90,7 +90,7 @@ struct LoadResult {
 // counted in the result.
 absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options);
 
-// "threads=1 channels=4 streams=4 batch=4 (channels, streams, batch derived from --qd and --bs)"
+// "threads=1 channels=1 streams=2 batch=16 (derived: channels, streams, batch)"
 std::string LoadSettingsText(const LoadOptions& options, const LoadSettings& settings);
 std::string LoadResultText(const LoadOptions& options, const LoadResult& result);
 std::string LoadResultJson(const LoadOptions& options, const LoadResult& result);

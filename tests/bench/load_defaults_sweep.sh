@@ -22,6 +22,9 @@ depths=${QD:-1 8 32 64}
 parent=${DATA_PARENT:-/dev/shm}
 server_cpu=${SERVER_CPU:-0}
 client_cpu=${CLIENT_CPU:-1}
+# NICE=-10: run the server and the clients at a higher priority than other work on a shared
+# machine (root), so they are not preempted by it as often.
+nice=${NICE:-0}
 keep=${KEEP:-}
 
 work=$(mktemp -d "$parent/blockread-sweep-XXXXXX")
@@ -32,7 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-taskset -c "$server_cpu" "$build/server/blockread-server" --cpus="$server_cpu" \
+nice -n "$nice" taskset -c "$server_cpu" "$build/server/blockread-server" --cpus="$server_cpu" \
   --listen=127.0.0.1:0 --metrics-listen= --data-dir="$work/data" >"$work/out" 2>"$work/log" &
 server_pid=$!
 for _ in $(seq 100); do grep -q 'listening on' "$work/out" 2>/dev/null && break; sleep 0.1; done
@@ -42,13 +45,14 @@ echo "server $target on CPU $server_cpu (demo device under $parent), load on CPU
   "file 'large' (16 MiB) random reads, stream mode, ${runtime}s (+${ramp}s ramp) per run," \
   "$rounds rounds"
 /usr/bin/python3 - "$build" "$target" "$runtime" "$ramp" "$rounds" "$sizes" "$depths" \
-  "$client_cpu" "$keep" <<'PY'
+  "$client_cpu" "$keep" "$nice" <<'PY'
 import json, statistics, subprocess, sys
-build, target, runtime, ramp, rounds, sizes, depths, cpu, keep = sys.argv[1:]
+build, target, runtime, ramp, rounds, sizes, depths, cpu, keep, nice = sys.argv[1:]
 log = open(keep, "w") if keep else None
 
 def run(bs, qd, flags):
-    out = subprocess.run(["taskset", "-c", cpu, f"{build}/client/blockread", "load",
+    out = subprocess.run(["nice", "-n", nice, "taskset", "-c", cpu, f"{build}/client/blockread",
+                          "load",
                           f"--target={target}", "--file=large", "--mode=stream", f"--bs={bs}",
                           f"--qd={qd}", f"--runtime={runtime}s", f"--ramp={ramp}s",
                           "--output=json", *flags], check=True, capture_output=True,

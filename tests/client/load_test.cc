@@ -247,7 +247,8 @@ TEST_F(LoadRunTest, DerivedSettingsAreReported) {
   EXPECT_EQ(result->settings.streams, derived->streams);
   EXPECT_EQ(result->settings.batch, derived->batch);
   EXPECT_EQ(result->settings.channels, derived->channels);
-  EXPECT_NE(LoadResultText(o, *result).find("derived from --qd and --bs"), std::string::npos);
+  EXPECT_NE(LoadResultText(o, *result).find("(derived: channels, streams, batch)"),
+            std::string::npos);
 }
 
 // The page loads nothing from anywhere and has every chart; tests/client/load_report_test.py
