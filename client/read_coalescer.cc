@@ -98,7 +98,10 @@ absl::StatusOr<v1::ReadBlockResponse> ReadCoalescer::Read(
     }
   }
   if (item->done) {
-    if (!item->status.ok()) return item->status;
+    // A status of its own: absl::Status shares its message by a reference count, and sharing
+    // it with the coalescer's thread would let the two release it without an order TSan sees
+    // (Debian's Abseil is not instrumented).
+    if (!item->status.ok()) return absl::Status(item->status.code(), item->status.message());
     return std::move(item->response);
   }
   item->abandoned = true;
@@ -272,8 +275,9 @@ void ReadCoalescer::EndLane(Lane& lane) {
   if (status.ok()) status = absl::UnavailableError("the read stream ended before answering");
   {
     std::lock_guard lock(mu_);
+    // Each item a status of its own (see Read()).
     for (auto& [tag, item] : lane.in_flight) {
-      item->status = status;
+      item->status = absl::Status(status.code(), status.message());
       item->done = true;
       item->wake.notify_one();
     }
@@ -281,7 +285,7 @@ void ReadCoalescer::EndLane(Lane& lane) {
     // the same way again: the reads waiting for it get its status, as unary calls would.
     if (!lane.carried) {
       for (auto& item : queue_) {
-        item->status = status;
+        item->status = absl::Status(status.code(), status.message());
         item->done = true;
         item->wake.notify_one();
       }

@@ -34,6 +34,12 @@ ABSL_FLAG(int, server_pid, 0, "Server process, for its CPU time per read");
 ABSL_FLAG(uint64_t, bs, 4096, "Read size");
 ABSL_FLAG(bool, shared_client, false, "All threads call one BlockReadClient");
 ABSL_FLAG(bool, coalesce, true, "Coalesce concurrent Read() calls (ClientOptions::coalescing)");
+ABSL_FLAG(int, coalesce_streams, blockread::client::CoalescingOptions().streams,
+          "CoalescingOptions::streams");
+ABSL_FLAG(int, coalesce_batch, blockread::client::CoalescingOptions().max_batch,
+          "CoalescingOptions::max_batch");
+ABSL_FLAG(int64_t, linger_us, blockread::client::CoalescingOptions().linger.count(),
+          "CoalescingOptions::linger, microseconds");
 
 namespace {
 
@@ -76,6 +82,9 @@ int main(int argc, char** argv) {
                                std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
   blockread::client::ClientOptions options;
   options.coalescing.enabled = absl::GetFlag(FLAGS_coalesce);
+  options.coalescing.streams = absl::GetFlag(FLAGS_coalesce_streams);
+  options.coalescing.max_batch = absl::GetFlag(FLAGS_coalesce_batch);
+  options.coalescing.linger = std::chrono::microseconds(absl::GetFlag(FLAGS_linger_us));
   std::shared_ptr<blockread::client::BlockReadClient> shared;
   if (absl::GetFlag(FLAGS_shared_client)) {
     shared = blockread::client::BlockReadClient::Connect(absl::GetFlag(FLAGS_target), options);
