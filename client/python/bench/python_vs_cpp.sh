@@ -7,7 +7,8 @@
 #   client/python/bench/python_vs_cpp.sh [BUILD_DIR]      (default build/rel)
 #   RUNTIME=10 ROUNDS=3 BS="4k 128k" SETTINGS="64/16 256/64" DATA_PARENT=/dev/shm ...
 #
-# SETTINGS: depth/batch pairs, each run by both clients (load --qd=depth --batch=batch).
+# SETTINGS: depth/batch pairs, each run by both clients over one stream (load --qd=depth
+# --batch=batch --streams=1 --channels=1, as read_many uses one stream).
 # DATA_PARENT: where the demo device is made; tmpfs (default /dev/shm) keeps the device out of
 # the measurement, so it compares the clients (and one server CPU); a disk-backed directory
 # measures the disk instead.
@@ -47,7 +48,8 @@ rows = {}
 def cpp(bs, depth, batch):
     out = subprocess.run(["taskset", "-c", cpu, f"{build}/client/blockread", "load",
                           f"--target={target}", "--file=large", "--mode=stream", f"--bs={bs}",
-                          f"--qd={depth}", f"--batch={batch}", f"--runtime={runtime}s",
+                          f"--qd={depth}", f"--batch={batch}", "--streams=1", "--channels=1",
+                          f"--runtime={runtime}s",
                           "--ramp=1s", "--output=json"], check=True, capture_output=True,
                          text=True).stdout
     d = json.loads(out)
