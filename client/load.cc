@@ -32,8 +32,12 @@ namespace {
 // a stream's whole share of --qd in one message beat half of it in most cells (the stream then
 // refills in one go while the others keep the server busy), and at 128 KiB 8 reads a message
 // beat 2.
-constexpr int kReadsPerStream = 16;         // reads in flight per stream
-constexpr int kMaxStreams = 8;              // per thread
+// 4 streams of a few reads each (4x2 at --qd=8) beat one stream at small depths in three sweeps
+// (a stream that refills in one go leaves the server idle when it is the only one), and were
+// within noise of the best at 32 and 64.
+constexpr int kMinStreams = 4;       // per thread, given 2 reads in flight for each
+constexpr int kReadsPerStream = 16;  // beyond kMinStreams streams: a stream per this many reads
+constexpr int kMaxStreams = 8;       // per thread
 constexpr uint64_t kBatchBytes = 1 << 20;   // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
@@ -494,7 +498,9 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   }
   s.streams = o.streams;
   if (s.streams == 0) {
-    s.streams = std::clamp((o.queue_depth + kReadsPerStream - 1) / kReadsPerStream, 1, kMaxStreams);
+    const int by_depth = (o.queue_depth + kReadsPerStream - 1) / kReadsPerStream;
+    s.streams = std::clamp(std::max(std::min(o.queue_depth / 2, kMinStreams), by_depth), 1,
+                           kMaxStreams);
     // An explicit --batch needs that many reads in flight on every stream.
     if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
   }

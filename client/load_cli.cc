@@ -43,8 +43,7 @@ void LoadCommandLine::AddTo(CLI::App* command) {
       ->capture_default_str();
   command->add_option("--threads", o->threads, "Load threads")->capture_default_str();
   command->add_option("--channels", o->channels,
-                      "gRPC channels (connections) in all; default: derived (one per stream, or "
-                      "per unary thread)");
+                      "gRPC channels (connections) in all; default: one per thread");
   command->add_option("--mode", raw.mode, "unary (ReadBlock) or stream (ReadBlocks)")
       ->capture_default_str();
   command->add_option("--streams", o->streams,
