@@ -16,13 +16,9 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-namespace {
-
 void AddToken(const ClientOptions& options, grpc::ClientContext& context) {
   if (!options.token.empty()) context.AddMetadata("authorization", "Bearer " + options.token);
 }
-
-}  // namespace
 
 ReadStream::ReadStream(v1::BlockRead::Stub& stub, const ClientOptions& options) {
   AddToken(options, context_);
@@ -136,14 +132,36 @@ void BlockReadClient::PrepareContext(grpc::ClientContext& context) const {
 
 absl::StatusOr<v1::ReadBlockResponse> BlockReadClient::Read(const std::string& file,
                                                             uint64_t offset, uint64_t length,
-                                                            bool want_crc32c) {
+                                                            const ReadCallOptions& call) {
+  std::optional<std::chrono::system_clock::time_point> deadline = call.deadline;
+  if (!deadline.has_value() && options_.timeout.count() > 0) {
+    deadline = std::chrono::system_clock::now() + options_.timeout;
+  }
+  const bool alone = reads_running_.fetch_add(1) == 0;
+  struct Leave {
+    std::atomic<int>& running;
+    ~Leave() { running.fetch_sub(1); }
+  } leave{reads_running_};
+  if (options_.coalescing.enabled && !alone) {
+    std::call_once(coalescer_once_, [this] {
+      coalescer_ = std::make_unique<ReadCoalescer>(*stub_, options_.coalescing, options_.token);
+    });
+    v1::ReadItem item;
+    item.set_file(file);
+    item.set_offset(offset);
+    item.set_length(length);
+    item.set_want_crc32c(call.want_crc32c);
+    return coalescer_->Read(item, deadline, call.cancellation);
+  }
   grpc::ClientContext context;
-  PrepareContext(context);
+  AddToken(options_, context);
+  if (deadline.has_value()) context.set_deadline(*deadline);
+  CancellationHook hook(call.cancellation, [&context] { context.TryCancel(); });
   v1::ReadBlockRequest request;
   request.set_file(file);
   request.set_offset(offset);
   request.set_length(length);
-  request.set_want_crc32c(want_crc32c);
+  request.set_want_crc32c(call.want_crc32c);
   v1::ReadBlockResponse response;
   grpc::Status status = stub_->ReadBlock(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);

@@ -7,13 +7,17 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "blockread/v1/blockread.grpc.pb.h"
+#include "client/read_coalescer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace blockread::client {
@@ -53,7 +57,22 @@ struct ClientOptions {
   std::string server_name;
   // Sent with every call as "authorization: Bearer <token>" (servers with --auth); empty: none.
   std::string token;
+  // How concurrent Read() calls share streams (see BlockReadClient::Read).
+  CoalescingOptions coalescing;
 };
+
+// Per-call options of BlockReadClient::Read().
+struct ReadCallOptions {
+  bool want_crc32c = false;
+  // This call's deadline; unset: now + ClientOptions::timeout (none if that is 0).
+  std::optional<std::chrono::system_clock::time_point> deadline;
+  // Cancel() on it makes the call return CANCELLED at once. Must outlive the call.
+  ReadCancellation* cancellation = nullptr;
+};
+
+// Adds options.token to a call's metadata, as servers with --auth expect it (every call made with
+// this library does; for contexts made elsewhere, e.g. the load client's async calls).
+void AddToken(const ClientOptions& options, grpc::ClientContext& context);
 
 // The token to use: the contents of `token_file` (trailing newline dropped) when given, else the
 // BLOCKREAD_TOKEN environment variable, else none. A token never goes on a command line, where
@@ -92,9 +111,21 @@ class BlockReadClient {
                                                   const ClientOptions& options = ClientOptions());
   BlockReadClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
 
-  // One ReadBlock. Errors carry the server's code and message (see blockread.proto).
+  // One read, answered as ReadBlock answers it. Errors carry the server's code and message (see
+  // blockread.proto), per read. A call that finds no other Read() of this client running is a
+  // ReadBlock call of its own (nothing to wait for, no thread hop). Calls made while others run
+  // are coalesced (ClientOptions::coalescing): queued for a few shared ReadBlocks streams, sent
+  // many to a message, and answered to each caller, so many threads calling Read() get stream
+  // throughput. Deadline and cancellation stay per call (a coalesced read the caller gave up on
+  // is still read by the server; its bytes are dropped).
   absl::StatusOr<v1::ReadBlockResponse> Read(const std::string& file, uint64_t offset,
-                                             uint64_t length, bool want_crc32c = false);
+                                             uint64_t length, const ReadCallOptions& call);
+  absl::StatusOr<v1::ReadBlockResponse> Read(const std::string& file, uint64_t offset,
+                                             uint64_t length, bool want_crc32c = false) {
+    ReadCallOptions call;
+    call.want_crc32c = want_crc32c;
+    return Read(file, offset, length, call);
+  }
   std::unique_ptr<ReadStream> OpenStream() {
     return std::make_unique<ReadStream>(*stub_, options_);
   }
@@ -118,6 +149,9 @@ class BlockReadClient {
   ClientOptions options_;
   std::unique_ptr<v1::BlockRead::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+  std::atomic<int> reads_running_{0};  // Read() calls in progress
+  std::once_flag coalescer_once_;
+  std::unique_ptr<ReadCoalescer> coalescer_;  // made by the first coalesced Read()
 };
 
 }  // namespace blockread::client

@@ -17,9 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "client/blockread_client.h"
 #include "client/load.h"
 #include "client/load_cli.h"
+#include "client/load_report.h"
 #include "client/stats_view.h"
 #include "client/units.h"
 #include "proto/wire/crc32c.h"
@@ -68,6 +70,20 @@ struct ByteCountValidator : CLI::Validator {
     };
   }
 };
+
+// argv as a shell would take it back: words with anything but [A-Za-z0-9_./=:,+-] single-quoted.
+std::string QuotedCommandLine(int argc, char** argv) {
+  std::vector<std::string> words;
+  for (int i = 0; i < argc; ++i) {
+    std::string word = argv[i];
+    const bool plain = !word.empty() && word.find_first_not_of(
+                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                            "0123456789_./=:,+-") == std::string::npos;
+    if (!plain) word = absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
+    words.push_back(std::move(word));
+  }
+  return absl::StrJoin(words, " ");
+}
 
 std::string SourceName(v1::FileSource source) {
   std::string name = v1::FileSource_Name(source);
@@ -182,6 +198,16 @@ int Main(int argc, char** argv) {
     const std::string report = load_line.options.json ? LoadResultJson(load_line.options, *result)
                                                       : LoadResultText(load_line.options, *result);
     printf("%s\n", report.c_str());
+    if (!load_line.report.empty()) {
+      std::ofstream page(load_line.report, std::ios::binary | std::ios::trunc);
+      page << LoadReportHtml(load_line.options, *result, QuotedCommandLine(argc, argv));
+      page.close();
+      if (!page) {
+        fprintf(stderr, "blockread load: cannot write the report to %s\n",
+                load_line.report.c_str());
+        return kExitError;
+      }
+    }
     if (!result->verify_failure.empty()) {
       fprintf(stderr, "blockread load: %s\n", result->verify_failure.c_str());
       return kExitError;

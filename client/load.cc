@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/async_read_stream.h"
 #include "client/blockread_client.h"
 #include "client/stats_view.h"
 #include "client/units.h"
@@ -24,6 +27,18 @@
 
 namespace blockread::client {
 namespace {
+
+// What DeriveLoadSettings() aims for, from tests/bench/load_defaults_sweep.sh on one client CPU:
+// a stream's whole share of --qd in one message beat half of it in most cells (the stream then
+// refills in one go while the others keep the server busy), and at 128 KiB 8 reads a message
+// beat 2.
+// 4 streams of a few reads each (4x2 at --qd=8) beat one stream at small depths in three sweeps
+// (a stream that refills in one go leaves the server idle when it is the only one), and were
+// within noise of the best at 32 and 64.
+constexpr int kMinStreams = 4;       // per thread, given 2 reads in flight for each
+constexpr int kReadsPerStream = 16;  // beyond kMinStreams streams: a stream per this many reads
+constexpr int kMaxStreams = 8;       // per thread
+constexpr uint64_t kBatchBytes = 1 << 20;  // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
 uint64_t MonotonicNowNs() {
@@ -172,7 +187,8 @@ bool Running(const Run& run) {
   return !run.stop.load(std::memory_order_relaxed) && MonotonicNowNs() < run.measure_end_ns;
 }
 
-void UnaryThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& stats) {
+void UnaryThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int thread,
+                 ThreadStats& stats) {
   struct Call {
     grpc::ClientContext context;
     v1::ReadBlockResponse response;
@@ -187,6 +203,7 @@ void UnaryThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& s
   ReadPicker picker(run, thread);
   Pacer pacer(o.rate, o.threads);
   int in_flight = 0;
+  size_t next_stub = 0;
   for (;;) {
     const bool running = Running(run);
     uint64_t wait_ns = 0;
@@ -199,6 +216,8 @@ void UnaryThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& s
       request.set_length(o.block_size);
       request.set_want_crc32c(o.verify && run.verify_fd < 0);
       call->start_ns = MonotonicNowNs();
+      v1::BlockRead::Stub& stub = *stubs[next_stub++ % stubs.size()];
+      AddToken(o.connection, call->context);
       call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
       call->reader->StartCall();
       call->reader->Finish(&call->response, &call->status, call);
@@ -225,73 +244,215 @@ void UnaryThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& s
   }
 }
 
-void StreamThread(Run& run, v1::BlockRead::Stub& stub, int thread, ThreadStats& stats) {
+// A stream thread keeps settings.streams ReadBlocks streams on one completion queue, so its
+// reads in flight (--qd) are split over streams (and channels) without more threads.
+void StreamThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int thread,
+                  const LoadSettings& settings, ThreadStats& stats) {
   struct Pending {
     size_t file;
     uint64_t offset;
     uint64_t start_ns;
   };
+  struct Lane {
+    std::unique_ptr<AsyncReadStream> stream;
+    int depth;                            // its share of --qd
+    std::map<uint64_t, Pending> pending;  // by tag
+  };
   const LoadOptions& o = run.options;
-  ReadStream stream(stub, o.connection);
+  grpc::CompletionQueue queue;
   ReadPicker picker(run, thread);
   Pacer pacer(o.rate, o.threads);
-  std::map<uint64_t, Pending> pending;
+  std::vector<Lane> lanes;
+  std::map<AsyncReadStream*, Lane*> lane_of;
+  lanes.reserve(settings.streams);
+  for (int s = 0; s < settings.streams; ++s) {
+    // The first streams take the remainder of --qd.
+    const int depth = o.queue_depth / settings.streams + (s < o.queue_depth % settings.streams);
+    lanes.push_back(
+        {std::make_unique<AsyncReadStream>(*stubs[s], queue, run.options.connection.token),
+         depth,
+         {}});
+  }
+  for (Lane& lane : lanes) lane_of[lane.stream.get()] = &lane;
   uint64_t next_tag = 0;
-  bool closed = false;
-  for (;;) {
+  // Sends one message of up to --batch reads if the lane has room for them; returns the time to
+  // wait before the pacer allows the next read (0 if none).
+  auto fill = [&](Lane& lane) -> uint64_t {
+    if (!lane.stream->CanWrite()) return 0;
+    if (static_cast<int>(lane.pending.size()) + settings.batch > lane.depth) return 0;
+    uint64_t wait_ns = 0;
+    v1::ReadBlocksRequest request;
+    for (int i = 0; i < settings.batch && (wait_ns = pacer.Wait()) == 0; ++i) {
+      Pending p{0, 0, MonotonicNowNs()};
+      picker.Next(&p.file, &p.offset);
+      v1::ReadItem* item = request.add_reads();
+      item->set_tag(next_tag);
+      item->set_file(run.files[p.file].name);
+      item->set_offset(p.offset);
+      item->set_length(o.block_size);
+      item->set_want_crc32c(o.verify && run.verify_fd < 0);
+      lane.pending[next_tag++] = p;
+    }
+    if (request.reads_size() == 0) return wait_ns;
+    stats.issued.Add(request.reads_size());
+    lane.stream->Write(std::move(request));
+    return wait_ns;
+  };
+  size_t live = lanes.size();
+  v1::ReadBlocksResponse response;
+  while (live > 0) {
     const bool running = Running(run);
     uint64_t wait_ns = 0;
-    while (running && static_cast<int>(pending.size()) + o.batch <= o.queue_depth) {
-      v1::ReadBlocksRequest request;
-      for (int i = 0; i < o.batch && (wait_ns = pacer.Wait()) == 0; ++i) {
-        Pending p{0, 0, MonotonicNowNs()};
-        picker.Next(&p.file, &p.offset);
-        v1::ReadItem* item = request.add_reads();
-        item->set_tag(next_tag);
-        item->set_file(run.files[p.file].name);
-        item->set_offset(p.offset);
-        item->set_length(o.block_size);
-        item->set_want_crc32c(o.verify && run.verify_fd < 0);
-        pending[next_tag++] = p;
+    for (Lane& lane : lanes) {
+      if (running) {
+        const uint64_t w = fill(lane);
+        if (w > 0 && (wait_ns == 0 || w < wait_ns)) wait_ns = w;
+      } else {
+        lane.stream->CloseSend();  // the server answers what is pending, then ends the call
       }
-      if (request.reads_size() == 0) break;
-      if (!stream.Send(request)) {
+    }
+    void* tag;
+    bool ok;
+    const auto deadline = std::chrono::system_clock::now() +
+                          (wait_ns > 0 ? std::chrono::nanoseconds(wait_ns)
+                                       : std::chrono::nanoseconds(std::chrono::milliseconds(100)));
+    if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) continue;
+    AsyncReadStream* stream = AsyncReadStream::Of(tag);
+    Lane& lane = *lane_of.at(stream);
+    switch (stream->OnCompletion(tag, ok, &response)) {
+      case AsyncReadStream::Event::kWriteFailed:
         run.stop.store(true);
         break;
+      case AsyncReadStream::Event::kResponse:
+        for (const v1::ReadResult& r : response.results()) {
+          auto it = lane.pending.find(r.tag());
+          if (it == lane.pending.end()) continue;
+          const grpc::Status status(static_cast<grpc::StatusCode>(r.code()), r.error_message());
+          Record(run, stats, run.files[it->second.file], it->second.offset, it->second.start_ns,
+                 status, r.data(), r.has_crc32c(), r.crc32c(), r.timing());
+          lane.pending.erase(it);
+        }
+        break;
+      case AsyncReadStream::Event::kEnded: {
+        --live;
+        // Reads the stream never answered count as errors: nothing is silently dropped.
+        const absl::Status finished = FromGrpc(stream->status());
+        for (size_t i = 0; i < lane.pending.size(); ++i) {
+          stats.returned.Add(1);
+          ++stats.errors[finished.ok() ? "UNANSWERED" : absl::StatusCodeToString(finished.code())];
+        }
+        lane.pending.clear();
+        break;
       }
-      stats.issued.Add(request.reads_size());
+      case AsyncReadStream::Event::kNone:
+      case AsyncReadStream::Event::kWritable:
+        break;
     }
-    if (pending.empty()) {
-      if (!running || run.stop.load()) break;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
-      continue;
-    }
-    v1::ReadBlocksResponse response;
-    if (!stream.Receive(&response)) break;
-    for (const v1::ReadResult& r : response.results()) {
-      auto it = pending.find(r.tag());
-      if (it == pending.end()) continue;
-      const grpc::Status status(static_cast<grpc::StatusCode>(r.code()), r.error_message());
-      Record(run, stats, run.files[it->second.file], it->second.offset, it->second.start_ns, status,
-             r.data(), r.has_crc32c(), r.crc32c(), r.timing());
-      pending.erase(it);
-    }
-  }
-  if (!closed) stream.CloseSend();
-  v1::ReadBlocksResponse rest;
-  while (stream.Receive(&rest)) {
-  }
-  absl::Status finished = stream.Finish();
-  // Reads the stream never answered count as errors: nothing is silently dropped.
-  for (size_t i = 0; i < pending.size(); ++i) {
-    stats.returned.Add(1);
-    ++stats.errors[finished.ok() ? "UNANSWERED" : absl::StatusCodeToString(finished.code())];
   }
 }
 
 std::string FormatUs(double ns) {
   return ns >= 1e6 ? absl::StrFormat("%.2fms", ns / 1e6) : absl::StrFormat("%.1fus", ns / 1e3);
 }
+
+// The threads' totals at one moment.
+struct Totals {
+  uint64_t reads = 0, bytes = 0;
+  wire::HistogramSnapshot latency_ns;
+};
+
+Totals Sum(const std::vector<std::unique_ptr<ThreadStats>>& stats) {
+  Totals totals;
+  for (const auto& s : stats) {
+    totals.reads += s->reads.Load();
+    totals.bytes += s->bytes.Load();
+    s->latency_ns.AddTo(totals.latency_ns);
+  }
+  return totals;
+}
+
+// The interval between two totals, ending `end_s` into the measured interval.
+LoadSecond Interval(const Totals& before, const Totals& after, double end_s, double seconds) {
+  wire::HistogramSnapshot latency = after.latency_ns;
+  for (int i = 0; i < wire::LatencyBuckets::kCount; ++i) {
+    latency.buckets[i] -= before.latency_ns.buckets[i];
+  }
+  return {end_s,
+          seconds,
+          after.reads - before.reads,
+          after.bytes - before.bytes,
+          latency.Percentile(0.5),
+          latency.Percentile(0.99)};
+}
+
+// Takes the threads' totals once a second, on whole seconds counted from the start of the
+// measured interval (ramp seconds included, before it): the per-second series of the measured
+// interval, and the progress line (stderr) when asked. Its thread runs from construction to Stop().
+class Sampler {
+ public:
+  Sampler(const Run& run, const std::vector<std::unique_ptr<ThreadStats>>& stats, bool progress)
+      : run_(run), stats_(stats), progress_(progress), thread_([this] { Loop(); }) {}
+  ~Sampler() {
+    if (thread_.joinable()) Stop(MonotonicNowNs());
+  }
+
+  // Call once, after the load threads ended (so the totals are final): stops the thread, adds
+  // the last interval, up to `end_ns` (it may be shorter than a second) and returns the series.
+  std::vector<LoadSecond> Stop(uint64_t end_ns) {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+    if (progress_) fprintf(stderr, "\n");
+    const uint64_t from = std::max(last_ns_, run_.measure_start_ns);
+    if (end_ns > from) {
+      series_.push_back(Interval(last_, Sum(stats_), (end_ns - run_.measure_start_ns) / 1e9,
+                                 (end_ns - from) / 1e9));
+    }
+    return std::move(series_);
+  }
+
+ private:
+  void Loop() {
+    uint64_t tick = run_.measure_start_ns;
+    while (tick >= run_.start_ns + 1'000'000'000) tick -= 1'000'000'000;
+    last_ns_ = run_.start_ns;
+    std::unique_lock lock(mu_);
+    // Ticks stop before the end of the measured interval: Stop() takes the last one exactly.
+    for (; tick < run_.measure_end_ns; tick += 1'000'000'000) {
+      const std::chrono::steady_clock::time_point at(
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::nanoseconds(tick)));
+      if (wake_.wait_until(lock, at, [this] { return done_; })) return;
+      const Totals now = Sum(stats_);
+      const LoadSecond second =
+          Interval(last_, now, (static_cast<double>(tick) - run_.measure_start_ns) / 1e9,
+                   (tick - last_ns_) / 1e9);
+      if (tick > run_.measure_start_ns) series_.push_back(second);
+      if (progress_) {
+        fprintf(stderr, "\r[%5.1fs] %10.0f IOPS %9.2f MiB/s  p50 %s p99 %s   ",
+                (tick - run_.start_ns) / 1e9, second.iops(), second.bandwidth() / 1048576.0,
+                FormatUs(second.p50_ns).c_str(), FormatUs(second.p99_ns).c_str());
+      }
+      last_ = now;
+      last_ns_ = tick;
+    }
+  }
+
+  const Run& run_;
+  const std::vector<std::unique_ptr<ThreadStats>>& stats_;
+  const bool progress_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool done_ = false;  // guarded by mu_
+  // Written by the sampler thread, read by Stop() after joining it.
+  std::vector<LoadSecond> series_;
+  Totals last_;
+  uint64_t last_ns_ = 0;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
 
 absl::Status AddStats(const v1::GetStatsResponse& stats, int sign,
                       std::map<std::string, uint64_t>& paths,
@@ -311,10 +472,17 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   if (o.block_size == 0) return bad("--bs must be greater than 0");
   if (o.queue_depth < 1) return bad("--qd must be at least 1");
   if (o.threads < 1) return bad("--threads must be at least 1");
-  if (o.channels < 1) return bad("--channels must be at least 1");
-  if (o.batch < 1) return bad("--batch must be at least 1");
-  if (o.batch > o.queue_depth) return bad("--batch cannot exceed --qd (reads in flight)");
-  if (!o.stream && o.batch != 1) return bad("--batch needs --mode=stream");
+  if (o.channels < 0) return bad("--channels must be at least 1");
+  if (o.streams < 0) return bad("--streams must be at least 1");
+  if (o.batch < 0) return bad("--batch must be at least 1");
+  if (!o.stream && o.batch > 1) return bad("--batch needs --mode=stream");
+  if (!o.stream && o.streams != 0) return bad("--streams needs --mode=stream");
+  if (o.streams > o.queue_depth) {
+    return bad("--streams cannot exceed --qd (each stream carries at least one read)");
+  }
+  if (o.batch > o.queue_depth / std::max(1, o.streams)) {
+    return bad("--batch cannot exceed the reads in flight per stream (--qd / --streams)");
+  }
   if (o.runtime_s <= 0 && o.number == 0)
     return bad("--runtime must be positive (or give --number)");
   if (o.ramp_s < 0) return bad("--ramp cannot be negative");
@@ -326,11 +494,43 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
+absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   if (absl::Status valid = ValidateLoadOptions(o); !valid.ok()) return valid;
+  LoadSettings s;
+  s.threads = o.threads;
+  if (!o.stream) {
+    s.channels = o.channels > 0 ? o.channels : o.threads;
+    s.streams = 0;
+    s.batch = 1;
+    return s;
+  }
+  s.streams = o.streams;
+  if (s.streams == 0) {
+    const int by_depth = (o.queue_depth + kReadsPerStream - 1) / kReadsPerStream;
+    s.streams =
+        std::clamp(std::max(std::min(o.queue_depth / 2, kMinStreams), by_depth), 1, kMaxStreams);
+    // An explicit --batch needs that many reads in flight on every stream.
+    if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
+  }
+  const int depth = o.queue_depth / s.streams;  // the smallest stream's share
+  s.batch = o.batch;
+  if (s.batch == 0) {
+    const int by_bytes = static_cast<int>(std::max<uint64_t>(1, kBatchBytes / o.block_size));
+    s.batch = std::clamp(depth, 1, by_bytes);
+  }
+  // One connection per thread: a thread's streams share it (more connections on one client CPU
+  // cost more than they spread).
+  s.channels = o.channels > 0 ? o.channels : s.threads;
+  return s;
+}
+
+absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
+  auto derived = DeriveLoadSettings(o);
+  if (!derived.ok()) return derived.status();
+  const LoadSettings& settings = *derived;
   Run run(o);
   std::vector<std::unique_ptr<BlockReadClient>> clients;
-  for (int c = 0; c < o.channels; ++c) {
+  for (int c = 0; c < settings.channels; ++c) {
     clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()], o.connection));
   }
   // Files and their sizes, from the first server.
@@ -378,50 +578,32 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   for (int t = 0; t < o.threads; ++t) stats.push_back(std::make_unique<ThreadStats>());
   std::vector<std::thread> threads;
   for (int t = 0; t < o.threads; ++t) {
-    v1::BlockRead::Stub& stub = clients[t % clients.size()]->stub();
+    // A thread's lanes (its streams, or the channels its unary calls take turns on) use channels
+    // t, t + threads, t + 2 * threads, ... (mod channels), so every channel gets used.
+    const int lanes = o.stream ? settings.streams
+                               : std::max(1, (settings.channels - t + o.threads - 1) / o.threads);
+    std::vector<v1::BlockRead::Stub*> stubs;
+    for (int l = 0; l < lanes; ++l) {
+      stubs.push_back(&clients[(t + l * o.threads) % clients.size()]->stub());
+    }
     ThreadStats& thread_stats = *stats[t];
-    threads.emplace_back([&run, &o, &stub, &thread_stats, t] {
+    threads.emplace_back([&run, &o, &settings, &thread_stats, stubs = std::move(stubs), t] {
       if (o.stream) {
-        StreamThread(run, stub, t, thread_stats);
+        StreamThread(run, stubs, t, settings, thread_stats);
       } else {
-        UnaryThread(run, stub, t, thread_stats);
+        UnaryThread(run, stubs, t, thread_stats);
       }
     });
   }
 
-  // Progress: a status line a second, on a terminal only.
-  std::atomic<bool> done{false};
-  std::thread progress;
-  if (o.progress && isatty(STDERR_FILENO)) {
-    progress = std::thread([&] {
-      uint64_t last_reads = 0, last_bytes = 0;
-      while (!done.load()) {
-        for (int i = 0; i < 10 && !done.load(); ++i) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-        uint64_t reads = 0, bytes = 0;
-        wire::HistogramSnapshot latency;
-        for (auto& s : stats) {
-          reads += s->reads.Load();
-          bytes += s->bytes.Load();
-          s->latency_ns.AddTo(latency);
-        }
-        fprintf(stderr, "\r[%5.1fs] %10.0f IOPS %9.2f MiB/s  p99 %s   ",
-                (MonotonicNowNs() - run.start_ns) / 1e9, static_cast<double>(reads - last_reads),
-                (bytes - last_bytes) / 1048576.0, FormatUs(latency.Percentile(0.99)).c_str());
-        last_reads = reads;
-        last_bytes = bytes;
-      }
-      fprintf(stderr, "\n");
-    });
-  }
+  Sampler sampler(run, stats, o.progress && isatty(STDERR_FILENO));
   for (auto& t : threads) t.join();
   const uint64_t end_ns = std::min(MonotonicNowNs(), run.measure_end_ns);
-  done.store(true);
-  if (progress.joinable()) progress.join();
   if (run.verify_fd >= 0) close(run.verify_fd);
 
   LoadResult result;
+  result.settings = settings;
+  result.per_second = sampler.Stop(end_ns);
   result.seconds = (end_ns - std::min(end_ns, run.measure_start_ns)) / 1e9;
   uint64_t queue = 0, device = 0, server = 0;
   for (auto& s : stats) {
@@ -440,24 +622,44 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     result.server_device_us = device / 1e3 / result.reads;
     result.server_total_us = server / 1e3 / result.reads;
   }
+  std::vector<std::string> versions;
   for (const std::string& target : o.targets) {
     auto after = BlockReadClient::Connect(target, o.connection)->Stats();
-    if (after.ok()) AddStats(*after, 1, paths, fallbacks).IgnoreError();
+    if (!after.ok()) continue;
+    AddStats(*after, 1, paths, fallbacks).IgnoreError();
+    if (std::find(versions.begin(), versions.end(), after->version()) == versions.end()) {
+      versions.push_back(after->version());
+    }
   }
+  result.server_version = absl::StrJoin(versions, ", ");
   result.server_paths = paths;
   result.server_fallbacks = fallbacks;
   result.verify_failure = run.failure;
   return result;
 }
 
+std::string LoadSettingsText(const LoadOptions& o, const LoadSettings& s) {
+  std::string out = absl::StrFormat("threads=%d channels=%d", s.threads, s.channels);
+  std::vector<std::string> derived;
+  if (o.channels == 0) derived.push_back("channels");
+  if (o.stream) {
+    absl::StrAppendFormat(&out, " streams=%d batch=%d", s.streams, s.batch);
+    if (o.streams == 0) derived.push_back("streams");
+    if (o.batch == 0) derived.push_back("batch");
+  }
+  if (!derived.empty()) {
+    absl::StrAppend(&out, " (derived: ", absl::StrJoin(derived, ", "), ")");
+  }
+  return out;
+}
+
 std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
   const wire::HistogramSnapshot& l = r.latency_ns;
   std::string out = absl::StrFormat(
-      "%s %s bs=%s qd=%d threads=%d channels=%d%s: %.0f IOPS, %s/s, %u reads in %.2fs\n",
-      o.sequential ? "read" : "randread", o.stream ? "stream" : "unary",
-      FormatBytes(static_cast<double>(o.block_size)), o.queue_depth, o.threads, o.channels,
-      o.stream ? absl::StrFormat(" batch=%d", o.batch) : "", r.iops(), FormatBytes(r.bandwidth()),
-      r.reads, r.seconds);
+      "%s %s bs=%s qd=%d: %.0f IOPS, %s/s, %u reads in %.2fs\n", o.sequential ? "read" : "randread",
+      o.stream ? "stream" : "unary", FormatBytes(static_cast<double>(o.block_size)), o.queue_depth,
+      r.iops(), FormatBytes(r.bandwidth()), r.reads, r.seconds);
+  absl::StrAppend(&out, "settings: ", LoadSettingsText(o, r.settings), "\n");
   absl::StrAppendFormat(&out, "latency: min %s mean %s p50 %s p90 %s p99 %s p99.9 %s max %s\n",
                         FormatUs(l.Min()), FormatUs(l.Mean()), FormatUs(l.Percentile(0.5)),
                         FormatUs(l.Percentile(0.9)), FormatUs(l.Percentile(0.99)),
@@ -490,10 +692,11 @@ std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
                     {"mode", o.stream ? "stream" : "unary"},
                     {"bs", o.block_size},
                     {"qd", o.queue_depth},
-                    {"threads", o.threads},
-                    {"channels", o.channels},
-                    {"batch", o.batch},
                     {"targets", o.targets}};
+  out["settings"] = {{"threads", r.settings.threads},
+                     {"channels", r.settings.channels},
+                     {"streams", r.settings.streams},
+                     {"batch", r.settings.batch}};
   out["seconds"] = r.seconds;
   out["reads"] = r.reads;
   out["iops"] = r.iops();
@@ -513,6 +716,17 @@ std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
   out["returned"] = r.returned;
   out["errors"] = nlohmann::json::object();
   for (const auto& [code, n] : r.errors) out["errors"][code] = n;
+  out["per_second"] = nlohmann::json::array();
+  for (const LoadSecond& second : r.per_second) {
+    out["per_second"].push_back({{"t", second.end_s},
+                                 {"seconds", second.seconds},
+                                 {"reads", second.reads},
+                                 {"iops", second.iops()},
+                                 {"bw_bytes", second.bandwidth()},
+                                 {"p50_us", second.p50_ns / 1e3},
+                                 {"p99_us", second.p99_ns / 1e3}});
+  }
+  out["server_version"] = r.server_version;
   out["server_paths"] = r.server_paths;
   out["server_fallbacks"] = r.server_fallbacks;
   if (!r.verify_failure.empty()) out["verify_failure"] = r.verify_failure;

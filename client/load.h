@@ -20,11 +20,14 @@ struct LoadOptions {
   std::vector<std::string> files;  // empty: every file the (first) server lists
   bool sequential = false;         // --rw=read (else randread)
   uint64_t block_size = 4096;
-  int queue_depth = 32;  // reads in flight per thread
+  int queue_depth = 32;  // reads in flight per thread, as fio's iodepth
   int threads = 1;
-  int channels = 1;     // spread over the threads round-robin, and over the targets
   bool stream = false;  // --mode=stream (else unary)
-  int batch = 1;        // reads per stream request message
+  // 0: derived from queue_depth, block_size and the mode by DeriveLoadSettings(); a value given
+  // here (an explicit flag) wins.
+  int channels = 0;  // gRPC channels (TCP connections), spread over the targets
+  int streams = 0;   // stream mode: ReadBlocks streams per thread, queue_depth split over them
+  int batch = 0;     // stream mode: reads per request message
   double runtime_s = 10;
   uint64_t number = 0;  // if > 0: this many reads (after the ramp), instead of runtime
   double ramp_s = 0;    // warm-up, not counted
@@ -36,12 +39,40 @@ struct LoadOptions {
   bool progress = true;  // one status line a second (only on a terminal)
 };
 
-// Checks option values and their combinations; the error names the option.
+// Checks option values and their combinations; the error names the option. Settings left at 0
+// are checked after DeriveLoadSettings() fills them in.
 absl::Status ValidateLoadOptions(const LoadOptions& options);
 
+// The connection settings a run uses: the explicit ones, the rest derived.
+struct LoadSettings {
+  int threads = 1;
+  int channels = 1;  // in total; thread t's lanes use channels t, t + threads, ... (mod channels)
+  int streams = 0;   // per thread (stream mode; 0 in unary mode)
+  int batch = 1;     // reads per request message (1 in unary mode)
+};
+
+// Fills in the settings left at 0 from --qd and --bs, as measured on one client CPU
+// (tests/bench/load_defaults_sweep.sh): 4 streams per thread (a stream per 2 reads below --qd=8,
+// a stream per 16 reads beyond --qd=64, at most 8), each stream's share sent in one message (at
+// most 1 MiB of reads), one channel per thread.
+// Returns an error when the explicit and derived values do not fit together (e.g. a --batch
+// larger than the reads in flight per stream); the error names the option.
+absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& options);
+
+// One interval of the measured run (a second, the last one possibly shorter).
+struct LoadSecond {
+  double end_s = 0;               // end of the interval, seconds into the measured run
+  double seconds = 0;             // its length
+  uint64_t reads = 0, bytes = 0;  // counted reads that finished in it
+  uint64_t p50_ns = 0, p99_ns = 0;
+  double iops() const { return seconds > 0 ? reads / seconds : 0; }
+  double bandwidth() const { return seconds > 0 ? bytes / seconds : 0; }
+};
+
 struct LoadResult {
-  double seconds = 0;  // measured interval
-  uint64_t reads = 0;  // successful reads in the interval
+  LoadSettings settings;  // what the run used
+  double seconds = 0;     // measured interval
+  uint64_t reads = 0;     // successful reads in the interval
   uint64_t bytes = 0;
   uint64_t issued = 0;                     // reads sent in total (ramp included)
   uint64_t returned = 0;                   // reads answered in total, successfully or not
@@ -52,7 +83,9 @@ struct LoadResult {
   // Server per-path stats over the run (GetStats after - before, summed over targets).
   std::map<std::string, uint64_t> server_paths;
   std::map<std::string, uint64_t> server_fallbacks;
-  std::string verify_failure;  // non-empty: the first mismatch (the run stopped there)
+  std::string server_version;  // GetStats' version, of each target (comma-separated if several)
+  std::vector<LoadSecond> per_second;  // the measured run, second by second
+  std::string verify_failure;          // non-empty: the first mismatch (the run stopped there)
   double iops() const { return seconds > 0 ? reads / seconds : 0; }
   double bandwidth() const { return seconds > 0 ? bytes / seconds : 0; }
 };
@@ -61,6 +94,8 @@ struct LoadResult {
 // counted in the result.
 absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options);
 
+// "threads=1 channels=1 streams=2 batch=16 (derived: channels, streams, batch)"
+std::string LoadSettingsText(const LoadOptions& options, const LoadSettings& settings);
 std::string LoadResultText(const LoadOptions& options, const LoadResult& result);
 std::string LoadResultJson(const LoadOptions& options, const LoadResult& result);
 

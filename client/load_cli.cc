@@ -39,14 +39,19 @@ void LoadCommandLine::AddTo(CLI::App* command) {
   command->add_option("--rw", raw.rw, "randread or read (sequential)")->capture_default_str();
   command->add_option("--bs", raw.bs, "Read size, units allowed (4k, 128k, 1m)")
       ->capture_default_str();
-  command->add_option("--qd", o->queue_depth, "Reads in flight per thread")->capture_default_str();
-  command->add_option("--threads", o->threads, "Load threads")->capture_default_str();
-  command->add_option("--channels", o->channels, "gRPC channels, spread over the threads")
+  command->add_option("--qd", o->queue_depth, "Reads in flight per thread (fio's iodepth)")
       ->capture_default_str();
+  command->add_option("--threads", o->threads, "Load threads")->capture_default_str();
+  command->add_option("--channels", o->channels,
+                      "gRPC channels (connections) in all; default: one per thread");
   command->add_option("--mode", raw.mode, "unary (ReadBlock) or stream (ReadBlocks)")
       ->capture_default_str();
-  command->add_option("--batch", o->batch, "Reads per stream message (stream mode)")
-      ->capture_default_str();
+  command->add_option("--streams", o->streams,
+                      "Streams per thread, --qd split over them (stream mode); default: derived "
+                      "from --qd");
+  command->add_option(
+      "--batch", o->batch,
+      "Reads per stream message (stream mode); default: derived from --qd and --bs");
   command->add_option("--runtime", raw.runtime, "Measured time (10, 10s, 2m)")
       ->capture_default_str();
   command->add_option("--number", o->number, "Stop after this many counted reads instead");
@@ -57,6 +62,8 @@ void LoadCommandLine::AddTo(CLI::App* command) {
                     "Check every byte: against --verify-file, else the server's CRC32C");
   command->add_option("--verify-file", o->verify_file, "Local copy of the (single) --file");
   command->add_option("--output", raw.output, "text or json")->capture_default_str();
+  command->add_option("--report", raw.report,
+                      "Also write the run as a self-contained HTML page (charts) to this file");
 }
 
 absl::Status LoadCommandLine::Finish() {

@@ -21,6 +21,7 @@ struct LoadCommandLine {
   std::string runtime = "10";
   std::string ramp = "0";
   std::string output = "text";
+  std::string report;  // --report=FILE.html: also write the run as an HTML page there
 
   void AddTo(CLI::App* command);
   // Units, --rw/--mode/--output words, then ValidateLoadOptions; errors name the option.

@@ -44,6 +44,8 @@ packages=(
   # pip install test, openssl for test certificates, torch for blockread.torch (~150 MB)
   python3 python3-grpcio python3-protobuf python3-pytest python3-venv python3-pip
   python3-setuptools openssl python3-torch
+  # `blockread load --report` is checked in a real browser: headless Chromium renders the page
+  chromium
 )
 if [ "$set" = all ]; then
   # deploy tests (tests/deploy): manifests parsed as YAML, podman's default seccomp profile that

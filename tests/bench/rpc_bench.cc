@@ -1,8 +1,13 @@
-// Unary ReadBlock against a running server: latency of sequential calls, throughput at a queue
-// depth (one thread per outstanding call), and the server's CPU time per read (from
+// BlockReadClient::Read() against a running server: latency of sequential calls, throughput at a
+// queue depth (one thread per outstanding call), and the server's CPU time per read (from
 // /proc/PID/stat, when --server_pid is given). A benchmark, not a test.
 //
+// Each thread its own client (the default): every call is a ReadBlock RPC. --shared_client: all
+// threads call one client, whose concurrent Read() calls are coalesced onto shared streams;
+// add --nocoalesce for the same shared client making one ReadBlock RPC per call.
+//
 //   rpc_bench --target=127.0.0.1:7420 --file=random-4m --qd=1 --number=10000 --server_pid=N
+//   rpc_bench --qd=32 --number=0 --seconds=10 --shared_client [--nocoalesce]
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +32,14 @@ ABSL_FLAG(int64_t, number, 10000, "Reads in total (0: use --seconds)");
 ABSL_FLAG(double, seconds, 10, "Duration when --number is 0");
 ABSL_FLAG(int, server_pid, 0, "Server process, for its CPU time per read");
 ABSL_FLAG(uint64_t, bs, 4096, "Read size");
+ABSL_FLAG(bool, shared_client, false, "All threads call one BlockReadClient");
+ABSL_FLAG(bool, coalesce, true, "Coalesce concurrent Read() calls (ClientOptions::coalescing)");
+ABSL_FLAG(int, coalesce_streams, blockread::client::CoalescingOptions().streams,
+          "CoalescingOptions::streams");
+ABSL_FLAG(int, coalesce_batch, blockread::client::CoalescingOptions().max_batch,
+          "CoalescingOptions::max_batch");
+ABSL_FLAG(int64_t, linger_us, blockread::client::CoalescingOptions().linger.count(),
+          "CoalescingOptions::linger, microseconds");
 
 namespace {
 
@@ -67,11 +80,23 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
+  blockread::client::ClientOptions options;
+  options.coalescing.enabled = absl::GetFlag(FLAGS_coalesce);
+  options.coalescing.streams = absl::GetFlag(FLAGS_coalesce_streams);
+  options.coalescing.max_batch = absl::GetFlag(FLAGS_coalesce_batch);
+  options.coalescing.linger = std::chrono::microseconds(absl::GetFlag(FLAGS_linger_us));
+  std::shared_ptr<blockread::client::BlockReadClient> shared;
+  if (absl::GetFlag(FLAGS_shared_client)) {
+    shared = blockread::client::BlockReadClient::Connect(absl::GetFlag(FLAGS_target), options);
+  }
   const double cpu_before = server_pid ? ProcessCpuSeconds(server_pid) : 0;
   std::vector<std::thread> threads;
   for (int t = 0; t < qd; ++t) {
     threads.emplace_back([&, t] {
-      auto client = blockread::client::BlockReadClient::Connect(absl::GetFlag(FLAGS_target));
+      std::shared_ptr<blockread::client::BlockReadClient> client =
+          shared != nullptr
+              ? shared
+              : blockread::client::BlockReadClient::Connect(absl::GetFlag(FLAGS_target), options);
       std::mt19937_64 rng(t + 1);
       for (;;) {
         if (number > 0 ? issued.fetch_add(1) >= number : std::chrono::steady_clock::now() >= end) {

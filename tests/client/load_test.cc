@@ -2,8 +2,11 @@
 // both modes, verification by CRC32C and by a local copy, a mismatch stops the run).
 #include "client/load.h"
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "client/load_cli.h"
+#include "client/load_report.h"
 #include "gtest/gtest.h"
 #include "storage/manifest.h"
 #include "tests/support/loop_device.h"
@@ -41,6 +44,57 @@ TEST(LoadOptionsTest, DefaultsAndUnits) {
   EXPECT_EQ(ParseLoadArguments({"--bs=1m"})->block_size, 1u << 20);
 }
 
+// --qd keeps fio's meaning (reads in flight per thread); what is not given is derived from it
+// and --bs, and what is given wins.
+TEST(LoadOptionsTest, DerivedSettings) {
+  auto derive = [](std::vector<std::string> args) {
+    auto options = ParseLoadArguments(args);
+    EXPECT_TRUE(options.ok()) << options.status();
+    auto settings = DeriveLoadSettings(*options);
+    EXPECT_TRUE(settings.ok()) << settings.status();
+    return *settings;
+  };
+  // Unary: one channel per thread, as before.
+  LoadSettings unary = derive({"--qd=32"});
+  EXPECT_EQ(unary.threads, 1);
+  EXPECT_EQ(unary.channels, 1);
+  EXPECT_EQ(unary.streams, 0);
+  EXPECT_EQ(unary.batch, 1);
+  EXPECT_EQ(derive({"--qd=32", "--threads=3"}).channels, 3);
+
+  for (const int qd : {1, 2, 7, 8, 32, 64, 256}) {
+    for (const char* bs : {"4k", "16k", "128k", "1m"}) {
+      const std::string qd_flag = absl::StrCat("--qd=", qd), bs_flag = absl::StrCat("--bs=", bs);
+      LoadSettings s = derive({"--mode=stream", qd_flag, bs_flag});
+      SCOPED_TRACE(absl::StrCat(qd_flag, " ", bs_flag));
+      EXPECT_EQ(s.threads, 1) << "threads stay 1 unless given";
+      EXPECT_GE(s.streams, 1);
+      EXPECT_LE(s.streams, qd);
+      EXPECT_GE(s.batch, 1);
+      EXPECT_LE(s.batch, qd / s.streams) << "a stream carries at least a batch";
+      EXPECT_GE(s.channels, 1);
+      EXPECT_LE(s.channels, s.streams);
+    }
+  }
+  // More reads in flight: never fewer streams; bigger reads: never bigger batches.
+  EXPECT_LE(derive({"--mode=stream", "--qd=8"}).streams,
+            derive({"--mode=stream", "--qd=64"}).streams);
+  EXPECT_GE(derive({"--mode=stream", "--qd=32", "--bs=4k"}).batch,
+            derive({"--mode=stream", "--qd=32", "--bs=128k"}).batch);
+
+  // Explicit flags win; the rest still fits them.
+  LoadSettings given = derive({"--mode=stream", "--qd=32", "--streams=2", "--batch=16",
+                               "--channels=1", "--threads=2"});
+  EXPECT_EQ(given.threads, 2);
+  EXPECT_EQ(given.streams, 2);
+  EXPECT_EQ(given.batch, 16);
+  EXPECT_EQ(given.channels, 1);
+  LoadSettings big_batch = derive({"--mode=stream", "--qd=32", "--batch=32"});
+  EXPECT_EQ(big_batch.batch, 32);
+  EXPECT_EQ(big_batch.streams, 1) << "streams derived around an explicit batch";
+  EXPECT_EQ(derive({"--mode=stream", "--qd=64", "--streams=1"}).streams, 1);
+}
+
 TEST(LoadOptionsTest, BadValuesNameTheOption) {
   auto expect_error = [](std::vector<std::string> args, const std::string& message) {
     auto parsed = ParseLoadArguments(args);
@@ -52,7 +106,10 @@ TEST(LoadOptionsTest, BadValuesNameTheOption) {
   expect_error({"--mode=fast"}, "--mode");
   expect_error({"--qd=0"}, "--qd");
   expect_error({"--batch=4"}, "--batch needs --mode=stream");
-  expect_error({"--mode=stream", "--qd=2", "--batch=4"}, "--batch cannot exceed --qd");
+  expect_error({"--streams=2"}, "--streams needs --mode=stream");
+  expect_error({"--mode=stream", "--qd=2", "--batch=4"}, "--batch cannot exceed");
+  expect_error({"--mode=stream", "--qd=8", "--streams=4", "--batch=4"}, "--batch cannot exceed");
+  expect_error({"--mode=stream", "--qd=2", "--streams=3"}, "--streams cannot exceed --qd");
   expect_error({"--runtime=soon"}, "--runtime");
   expect_error({"--verify-file=/x"}, "--verify-file needs --verify");
   expect_error({"--output=xml"}, "--output");
@@ -134,6 +191,91 @@ TEST_F(LoadRunTest, StreamWithALocalCopy) {
   ASSERT_TRUE(result.ok()) << result.status();
   ExpectCountsAddUp(*result);
   EXPECT_GT(result->server_fallbacks.at("too_large"), 0u);
+}
+
+TEST_F(LoadRunTest, SeveralStreamsPerThreadOverSeveralChannels) {
+  // 3 streams share --qd=8 unevenly (3, 3, 2) on 2 channels, from one thread.
+  LoadOptions o = Options();
+  o.stream = true;
+  o.streams = 3;
+  o.batch = 2;
+  o.channels = 2;
+  o.files = {"random-4m"};
+  o.verify = true;
+  o.verify_file = copy_;
+  o.runtime_s = 2;
+  auto result = RunLoad(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectCountsAddUp(*result);
+  EXPECT_EQ(result->settings.streams, 3);
+  EXPECT_EQ(result->settings.channels, 2);
+  EXPECT_EQ(result->settings.threads, 1);
+  // The per-second series covers the measured run and adds up to its reads.
+  ASSERT_FALSE(result->per_second.empty());
+  uint64_t reads = 0;
+  for (const LoadSecond& s : result->per_second) {
+    reads += s.reads;
+    EXPECT_GT(s.seconds, 0);
+    EXPECT_LE(s.seconds, 1.0001);
+    EXPECT_GE(s.p99_ns, s.p50_ns);
+  }
+  EXPECT_EQ(reads, result->reads);
+  EXPECT_NEAR(result->per_second.back().end_s, result->seconds, 0.01);
+  const nlohmann::json json = nlohmann::json::parse(LoadResultJson(o, *result));
+  EXPECT_EQ(json["settings"]["streams"], 3);
+  EXPECT_EQ(json["settings"]["channels"], 2);
+  EXPECT_EQ(json["settings"]["threads"], 1);
+  EXPECT_EQ(json["settings"]["batch"], 2);
+  EXPECT_EQ(json["per_second"].size(), result->per_second.size());
+  EXPECT_TRUE(json["per_second"][0].contains("p99_us"));
+  EXPECT_FALSE(json["server_version"].get<std::string>().empty());
+  const std::string text = LoadResultText(o, *result);
+  EXPECT_NE(text.find("settings: threads=1 channels=2 streams=3 batch=2\n"), std::string::npos)
+      << text;
+}
+
+TEST_F(LoadRunTest, DerivedSettingsAreReported) {
+  LoadOptions o = Options();
+  o.stream = true;
+  o.queue_depth = 32;
+  o.runtime_s = 1;
+  auto result = RunLoad(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectCountsAddUp(*result);
+  auto derived = DeriveLoadSettings(o);
+  ASSERT_TRUE(derived.ok());
+  EXPECT_EQ(result->settings.streams, derived->streams);
+  EXPECT_EQ(result->settings.batch, derived->batch);
+  EXPECT_EQ(result->settings.channels, derived->channels);
+  EXPECT_NE(LoadResultText(o, *result).find("(derived: channels, streams, batch)"),
+            std::string::npos);
+}
+
+// The page loads nothing from anywhere and has every chart; tests/client/load_report_test.py
+// renders it in a real browser.
+TEST_F(LoadRunTest, HtmlReportIsSelfContained) {
+  LoadOptions o = Options();
+  o.stream = true;
+  o.files = {"sparse", "fragmented"};  // reads in holes fall back: the fallback chart has bars
+  o.runtime_s = 2;
+  auto result = RunLoad(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::string html = LoadReportHtml(o, *result, "blockread load --x='<a&b>'");
+  for (const char* id : {"iops-chart", "latency-chart", "histogram-chart", "split-chart",
+                         "paths-chart", "fallbacks-chart"}) {
+    EXPECT_NE(html.find(absl::StrCat("<svg id=\"", id, "\"")), std::string::npos) << id;
+  }
+  for (const char* banned : {"<script", "<link", "<img", "<iframe", "src=", "href=", "@import",
+                             "url(", "http:", "https:"}) {
+    EXPECT_EQ(html.find(banned), std::string::npos) << banned;
+  }
+  EXPECT_NE(html.find("blockread load --x=&#39;&lt;a&amp;b&gt;&#39;"), std::string::npos)
+      << "the command line, escaped";
+  EXPECT_NE(html.find(result->server_version), std::string::npos);
+  EXPECT_NE(html.find(LoadSettingsText(o, result->settings)), std::string::npos);
+  EXPECT_NE(html.find("server queue"), std::string::npos);
+  ASSERT_GT(result->server_fallbacks.at("not_mapped"), 0u);
+  EXPECT_NE(html.find("not_mapped"), std::string::npos);
 }
 
 TEST_F(LoadRunTest, NumberOfReads) {

@@ -4,6 +4,7 @@ The server binary comes from $BLOCKREAD_SERVER_BINARY (ctest sets it); run by ha
 build/*/server/blockread-server of the source tree is used.
 """
 
+import gc
 import glob
 import os
 import pathlib
@@ -95,6 +96,9 @@ class ServerProcess:
 
     def stop(self, timeout=20):
         """SIGTERM, then the exit status (-1 if it had to be killed)."""
+        # Clients the tests dropped close their connections when collected; the server's
+        # shutdown waits about 5 s for connections that stay open.
+        gc.collect()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -125,12 +129,14 @@ def file_bytes_from_manifest(manifest_path):
 
 
 class Served:
-    """A running server and {name: bytes} of what it serves (taken from the filesystem)."""
+    """A running server and {name: bytes} of what it serves (taken from the filesystem); `tree`,
+    the directory served, when it is one."""
 
-    def __init__(self, server, files):
+    def __init__(self, server, files, tree=None):
         self.server = server
         self.target = server.target
         self.files = files
+        self.tree = tree
 
 
 @pytest.fixture(scope="session")
@@ -190,7 +196,7 @@ def served(tmp_path_factory):
     os.sync()
     server = ServerProcess([f"--serve-files={tree}"], str(root / "server.log"))
     try:
-        yield Served(server, files)
+        yield Served(server, files, tree)
         assert server.stop() == 0, server.log()
     finally:
         server.stop()
@@ -212,27 +218,3 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-@pytest.fixture()
-def fork_ready():
-    """Waits (up to 10 s) until a forked child of this process survives gRPC's at-fork handler.
-
-    With GRPC_ENABLE_FORK_SUPPORT, grpcio 1.51 shuts gRPC down in every forked child and ends
-    the child with status 64 when it cannot: while a gRPC server object is still alive in the
-    parent, or within about a second of a failed connection attempt (its reconnect backoff
-    timer). Other tests here do both on purpose (unreachable servers, in-process test servers),
-    so tests that fork in this process (DataLoader workers) first collect what is garbage and
-    wait out the backoff. README "Python client" states the limitation for users.
-    """
-    import gc
-    deadline = time.monotonic() + 10
-    while True:
-        gc.collect()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        if status == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert status == 0, f"a forked child still exits with status {status >> 8}"

@@ -45,13 +45,12 @@ def test_check_notices_a_difference(tmp_path):
 
 
 def test_no_top_level_grpc_package():
-    # Only `blockread` is importable from the package root: protoc's grpc/health/v1 output lives
-    # in blockread._proto.grpc, and `grpc` stays grpcio's.
-    top = {n for n in os.listdir(conftest.PACKAGE_ROOT)
-           if os.path.isdir(os.path.join(conftest.PACKAGE_ROOT, n))} - {
-               "tests", "build", "__pycache__", ".pytest_cache"}
-    top = {n for n in top if not n.endswith(".egg-info")}
+    # Only `blockread` is a package at the package root: protoc's grpc/health/v1 output lives in
+    # blockread._proto.grpc, and `grpc` stays grpcio's.
+    root = conftest.PACKAGE_ROOT
+    top = {n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "__init__.py"))}
     assert top == {"blockread"}
+    assert not os.path.exists(os.path.join(root, "grpc"))
     env = dict(os.environ, PYTHONPATH=conftest.PACKAGE_ROOT)
     script = ("import blockread, grpc, blockread._proto.grpc.health.v1.health_pb2_grpc as h; "
               "print(grpc.__file__); print(h.__name__); print(hasattr(grpc, 'insecure_channel'))")

@@ -1,98 +1,65 @@
-"""blockread.torch: DataLoader workers read every sample exactly once, byte for byte."""
+"""blockread.torch: DataLoader workers read every sample exactly once, byte for byte.
 
-import collections
-import hashlib
+The scenarios are in torch_scenarios.py. Fork workers (DataLoader's default on Linux) run them
+in a fresh interpreter, as a training script would; spawn and forkserver workers run them here.
+The two loaders of every sample run with fork; the scenarios about the datasets' own logic run
+with forkserver, so the suite starts few fork workers: each start carries grpcio 1.51's small
+risk of a failed fork (README "Python client"), which these tests are not about.
+"""
+
+import os
+import subprocess
+import sys
 
 import pytest
 
-torch = pytest.importorskip(
+pytest.importorskip(
     "torch", reason="torch is not installed (Debian: python3-torch); blockread.torch needs it")
-from torch.utils.data import DataLoader  # noqa: E402
 
 import blockread  # noqa: E402
+import conftest  # noqa: E402
+import torch_scenarios  # noqa: E402
 from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("fork_ready")
+FORK = ["map_two_workers", "iterable_two_workers"]
+OTHERS = sorted(set(torch_scenarios.SCENARIOS) - set(FORK))
 
 
-def digest(data):
-    return hashlib.sha256(data).hexdigest()
+@pytest.mark.parametrize("scenario", FORK)
+def test_fork_workers(served, scenario):
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = conftest.PACKAGE_ROOT
+    result = subprocess.run([sys.executable, torch_scenarios.__file__, served.target,
+                             str(served.tree), scenario, "fork"], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{scenario} ok" in result.stdout
 
 
-def samples_and_bytes(served):
-    """Whole files (the 64 small ones, a 3 MiB one read in pieces, an empty one) and ranges."""
-    samples = sorted(n for n in served.files if n.startswith("samples/"))
-    samples += ["big.bin", "empty", "odd-size"]
-    big = served.files["big.bin"]
-    samples += [("big.bin", off, 4096) for off in range(0, len(big), 100_000)]
-    samples += [("odd-size", 1, 1 << 20), ("big.bin", 12345, 2_500_000)]  # to EOF; in pieces
-    want = []
-    for s in samples:
-        if isinstance(s, str):
-            want.append(served.files[s])
-        else:
-            want.append(served.files[s[0]][s[1]:s[1] + s[2]])
-    return samples, want
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+@pytest.mark.parametrize("scenario", FORK)
+def test_spawned_workers_rebuild_the_client(served, scenario, context):
+    """Workers that do not fork this process get the dataset pickled: the Client's settings."""
+    torch_scenarios.SCENARIOS[scenario](served.target, served.files, context)
+
+
+@pytest.mark.parametrize("scenario", OTHERS)
+def test_dataset_scenarios(served, scenario):
+    """Transform and batches, small pieces, an error in a worker: forkserver workers."""
+    torch_scenarios.SCENARIOS[scenario](served.target, served.files, "forkserver")
 
 
 def test_map_dataset_in_main_process(served):
-    samples, want = samples_and_bytes(served)
+    samples, want = torch_scenarios.samples_and_bytes(served.files)
     ds = BlockReadDataset(served.target, samples)
     assert len(ds) == len(samples)
     assert [ds[i] for i in range(len(ds))] == want
-
-
-def test_map_dataset_dataloader_two_workers(served):
-    samples, want = samples_and_bytes(served)
-    client = blockread.Client(served.target)
-    client.read_many([("tiny.txt", 0, 10)])  # the parent has used the channel before forking
-    ds = BlockReadDataset(client, samples)
-    loader = DataLoader(ds, num_workers=2, batch_size=None)
-    got = list(loader)
-    assert got == want  # every sample, once, in order
-
-
-def test_map_dataset_transform_and_batches(served):
-    samples, want = samples_and_bytes(served)
-    ds = BlockReadDataset(served.target, samples, transform=digest, max_read_bytes=64 << 10)
-    loader = DataLoader(ds, num_workers=2, batch_size=8)
-    got = [d for batch in loader for d in batch]
-    assert got == [digest(w) for w in want]
-
-
-def test_iterable_dataset_two_workers_each_sample_once(served):
-    samples, want = samples_and_bytes(served)
-    ds = BlockReadIterableDataset(served.target, samples, depth=16, batch=4)
-    assert list(ds) == want  # no workers: all of it, in order
-    loader = DataLoader(ds, num_workers=2, batch_size=None)
-    got = list(loader)
-    assert len(got) == len(want)
-    assert collections.Counter(map(digest, got)) == collections.Counter(map(digest, want))
-    # Worker k reads samples k, k + 2, ...; the loader alternates between the workers.
-    assert got[0::2] == want[0::2] and got[1::2] == want[1::2]
-
-
-def test_iterable_dataset_small_pieces(served):
-    samples, want = samples_and_bytes(served)
-    ds = BlockReadIterableDataset(served.target, samples, transform=digest,
-                                  max_read_bytes=16 << 10, depth=8, batch=3)
-    got = list(DataLoader(ds, num_workers=2, batch_size=None))
-    assert sorted(got) == sorted(digest(w) for w in want)
-
-
-def test_spawned_workers_rebuild_the_client(served):
-    samples, want = samples_and_bytes(served)
-    ds = BlockReadDataset(served.target, samples[:20])
-    loader = DataLoader(ds, num_workers=2, batch_size=None, multiprocessing_context="spawn")
-    assert list(loader) == want[:20]
+    ids = BlockReadIterableDataset(served.target, samples)
+    assert len(ids) == len(samples)
+    assert list(ids) == want
 
 
 def test_unknown_whole_file_fails_when_the_dataset_is_made(served):
     with pytest.raises(blockread.NotFound):
         BlockReadDataset(served.target, ["no-such-file"])
-
-
-def test_read_error_reaches_the_loop(served):
-    ds = BlockReadDataset(served.target, [("tiny.txt", 0, 10), ("gone", 0, 10)])
-    with pytest.raises(blockread.NotFound):
-        list(DataLoader(ds, num_workers=2, batch_size=None))
