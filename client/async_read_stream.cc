@@ -2,8 +2,10 @@
 
 namespace blockread::client {
 
-AsyncReadStream::AsyncReadStream(v1::BlockRead::Stub& stub, grpc::CompletionQueue& queue)
-    : call_(stub.PrepareAsyncReadBlocks(&context_, &queue)) {
+AsyncReadStream::AsyncReadStream(v1::BlockRead::Stub& stub, grpc::CompletionQueue& queue,
+                                 const std::string& token) {
+  if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
+  call_ = stub.PrepareAsyncReadBlocks(&context_, &queue);
   call_->StartCall(TagOf(Op::kStart));
 }
 

@@ -28,7 +28,9 @@ class AsyncReadStream {
   };
 
   // Starts the call on `queue`; `stub` and `queue` must outlive the stream.
-  AsyncReadStream(v1::BlockRead::Stub& stub, grpc::CompletionQueue& queue);
+  // `token`, when not empty, goes with the call as "authorization: Bearer <token>".
+  AsyncReadStream(v1::BlockRead::Stub& stub, grpc::CompletionQueue& queue,
+                  const std::string& token);
   // REQUIRES: ended() (gRPC still holds the tags until Finish completes).
   ~AsyncReadStream() = default;
 
@@ -72,15 +74,15 @@ class AsyncReadStream {
   v1::ReadBlocksRequest request_;    // the message being written
   v1::ReadBlocksResponse response_;  // the message being read
   grpc::Status status_;
-  bool started_ = false;          // StartCall completed
-  bool writing_ = false;          // a Write is outstanding
-  bool broken_ = false;           // a Write failed: send nothing more
-  bool close_requested_ = false;  // CloseSend() called
+  bool started_ = false;           // StartCall completed
+  bool writing_ = false;           // a Write is outstanding
+  bool broken_ = false;            // a Write failed: send nothing more
+  bool close_requested_ = false;   // CloseSend() called
   bool writes_done_sent_ = false;  // WritesDone posted (once)
-  bool closing_ = false;          // WritesDone outstanding
-  bool read_done_ = false;        // the last read came back (false): the server ended the call
-  bool finishing_ = false;        // Finish outstanding
-  bool ended_ = false;            // Finish completed
+  bool closing_ = false;           // WritesDone outstanding
+  bool read_done_ = false;         // the last read came back (false): the server ended the call
+  bool finishing_ = false;         // Finish outstanding
+  bool ended_ = false;             // Finish completed
 };
 
 }  // namespace blockread::client

@@ -4,6 +4,11 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
 namespace blockread::client {
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -11,7 +16,14 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-ReadStream::ReadStream(v1::BlockRead::Stub& stub) : stream_(stub.ReadBlocks(&context_)) {}
+void AddToken(const ClientOptions& options, grpc::ClientContext& context) {
+  if (!options.token.empty()) context.AddMetadata("authorization", "Bearer " + options.token);
+}
+
+ReadStream::ReadStream(v1::BlockRead::Stub& stub, const ClientOptions& options) {
+  AddToken(options, context_);
+  stream_ = stub.ReadBlocks(&context_);
+}
 
 ReadStream::~ReadStream() {
   if (!finished_) {
@@ -34,6 +46,54 @@ absl::Status ReadStream::Finish() {
   return FromGrpc(stream_->Finish());
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const char* what, const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::NotFoundError(absl::StrCat("--", what, ": cannot read ", path));
+  }
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
+  if (token_file.empty()) {
+    const char* from_environment = getenv("BLOCKREAD_TOKEN");
+    return std::string(from_environment != nullptr ? from_environment : "");
+  }
+  auto token = ReadWholeFile("token-file", token_file);
+  if (!token.ok()) return token.status();
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  return token;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TransportSecurity& security) {
+  if (!security.enabled()) return grpc::InsecureChannelCredentials();
+  if (security.cert.empty() != security.key.empty()) {
+    return absl::InvalidArgumentError("--cert and --key go together");
+  }
+  grpc::SslCredentialsOptions options;
+  if (!security.ca.empty()) {
+    auto ca = ReadWholeFile("ca", security.ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  if (!security.cert.empty()) {
+    auto cert = ReadWholeFile("cert", security.cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadWholeFile("key", security.key);
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
 std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& target,
                                                           const ClientOptions& options) {
   grpc::ChannelArguments args;
@@ -45,8 +105,15 @@ std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& tar
   // response wait for a WINDOW_UPDATE round trip; larger HTTP/2 frames mean fewer frames to parse.
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  if (!options.server_name.empty()) {
+    args.SetSslTargetNameOverride(options.server_name);
+  }
   return std::make_unique<BlockReadClient>(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), options);
+      grpc::CreateCustomChannel(
+          target,
+          options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+          args),
+      options);
 }
 
 BlockReadClient::BlockReadClient(std::shared_ptr<grpc::Channel> channel,
@@ -57,6 +124,7 @@ BlockReadClient::BlockReadClient(std::shared_ptr<grpc::Channel> channel,
       health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
 
 void BlockReadClient::PrepareContext(grpc::ClientContext& context) const {
+  AddToken(options_, context);
   if (options_.timeout.count() > 0) {
     context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
   }
@@ -76,7 +144,7 @@ absl::StatusOr<v1::ReadBlockResponse> BlockReadClient::Read(const std::string& f
   } leave{reads_running_};
   if (options_.coalescing.enabled && !alone) {
     std::call_once(coalescer_once_, [this] {
-      coalescer_ = std::make_unique<ReadCoalescer>(*stub_, options_.coalescing);
+      coalescer_ = std::make_unique<ReadCoalescer>(*stub_, options_.coalescing, options_.token);
     });
     v1::ReadItem item;
     item.set_file(file);
@@ -86,6 +154,7 @@ absl::StatusOr<v1::ReadBlockResponse> BlockReadClient::Read(const std::string& f
     return coalescer_->Read(item, deadline, call.cancellation);
   }
   grpc::ClientContext context;
+  AddToken(options_, context);
   if (deadline.has_value()) context.set_deadline(*deadline);
   CancellationHook hook(call.cancellation, [&context] { context.TryCancel(); });
   v1::ReadBlockRequest request;

@@ -4,6 +4,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/sync_stream.h>
 
 #include <atomic>
@@ -28,12 +29,34 @@ absl::Status FromGrpc(const grpc::Status& status);
 inline constexpr int kReceiveWindowBytes = 8 << 20;
 inline constexpr int kMaxFrameBytes = 1 << 20;
 
+// How the client proves who the server is, and who it is: PEM file paths. All empty: plaintext.
+struct TransportSecurity {
+  std::string ca;    // CA bundle that signed the server's certificate (TLS on when set)
+  std::string cert;  // client certificate chain, for servers that require one (with `key`)
+  std::string key;
+  // The name to verify the server's certificate against, when it is not the target's host (a
+  // DNS target, or an address whose certificate names the service).
+  std::string server_name;
+  bool enabled() const { return !ca.empty() || !cert.empty(); }
+};
+
+// Channel credentials for `security`: insecure when it is not enabled, TLS otherwise (with the
+// client certificate when given). Reads the files now; errors name the file.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TransportSecurity& security);
+
 struct ClientOptions {
   // Per-call deadline for the unary calls; 0 means none.
   std::chrono::milliseconds timeout{10000};
   // Largest message the client accepts; must cover the server's max_read_bytes (and a stream's
   // batched results). gRPC's default, 4 MiB, is too small for big reads.
   int max_receive_bytes = 64 << 20;
+  // From ChannelCredentialsFor; null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // TransportSecurity::server_name, when set.
+  std::string server_name;
+  // Sent with every call as "authorization: Bearer <token>" (servers with --auth); empty: none.
+  std::string token;
   // How concurrent Read() calls share streams (see BlockReadClient::Read).
   CoalescingOptions coalescing;
 };
@@ -47,13 +70,24 @@ struct ReadCallOptions {
   ReadCancellation* cancellation = nullptr;
 };
 
+// Adds options.token to a call's metadata, as servers with --auth expect it (every call made with
+// this library does; for contexts made elsewhere, e.g. the load client's async calls).
+void AddToken(const ClientOptions& options, grpc::ClientContext& context);
+
+// The token to use: the contents of `token_file` (trailing newline dropped) when given, else the
+// BLOCKREAD_TOKEN environment variable, else none. A token never goes on a command line, where
+// any local user could read it. Errors name the file.
+absl::StatusOr<std::string> LoadToken(const std::string& token_file);
+
 // A ReadBlocks stream, used synchronously: Send() request messages, Receive() response messages
 // (results arrive in completion order, each with its tag), CloseSend() when done sending, then
 // Receive() until it returns false, then Finish(). Send and Receive may run on two threads; each
 // on one thread at a time.
 class ReadStream {
  public:
-  explicit ReadStream(v1::BlockRead::Stub& stub);
+  // `options`: its token is sent; its timeout is not applied (a stream lives as long as it is
+  // used).
+  ReadStream(v1::BlockRead::Stub& stub, const ClientOptions& options);
   ~ReadStream();
   // False if the stream is broken (then Finish() says why).
   bool Send(const v1::ReadBlocksRequest& request);
@@ -72,7 +106,7 @@ class ReadStream {
 // Thread-safe: any number of threads may call it at once (gRPC channels are).
 class BlockReadClient {
  public:
-  // A channel to `target` (host:port), with the receive limit raised.
+  // A channel to `target` (host:port), with the receive limit raised, over options.credentials.
   static std::unique_ptr<BlockReadClient> Connect(const std::string& target,
                                                   const ClientOptions& options = ClientOptions());
   BlockReadClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
@@ -92,7 +126,9 @@ class BlockReadClient {
     call.want_crc32c = want_crc32c;
     return Read(file, offset, length, call);
   }
-  std::unique_ptr<ReadStream> OpenStream() { return std::make_unique<ReadStream>(*stub_); }
+  std::unique_ptr<ReadStream> OpenStream() {
+    return std::make_unique<ReadStream>(*stub_, options_);
+  }
   absl::StatusOr<v1::FileInfo> Stat(const std::string& file);
   // Every file, all pages.
   absl::StatusOr<std::vector<v1::FileInfo>> List();

@@ -101,6 +101,18 @@ int Main(int argc, char** argv) {
   int timeout_ms = 10000;
   app.add_option("--target", target, "Server address host:port")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
+  TransportSecurity security;
+  app.add_option("--ca", security.ca,
+                 "PEM CA bundle that signed the server's certificate: connect over TLS");
+  app.add_option("--cert", security.cert,
+                 "PEM client certificate, for servers that require one (with --key)");
+  app.add_option("--key", security.key, "PEM private key of --cert");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "File holding the access token for servers with --auth (default: the "
+                 "BLOCKREAD_TOKEN environment variable)");
+  app.add_option("--tls-server-name", security.server_name,
+                 "Verify the server's certificate against this name instead of the target's host");
   const ByteCountValidator bytes;
 
   std::string file, output;
@@ -155,7 +167,24 @@ int Main(int argc, char** argv) {
     return code == 0 ? 0 : kExitUsage;
   }
 
+  ClientOptions options;
+  options.timeout = std::chrono::milliseconds(timeout_ms);
+  options.server_name = security.server_name;
+  if (auto token = LoadToken(token_file); token.ok()) {
+    options.token = *std::move(token);
+  } else {
+    fprintf(stderr, "blockread: %s\n", std::string(token.status().message()).c_str());
+    return kExitUsage;
+  }
+  if (auto credentials = ChannelCredentialsFor(security); credentials.ok()) {
+    options.credentials = *std::move(credentials);
+  } else {
+    fprintf(stderr, "blockread: %s\n", std::string(credentials.status().message()).c_str());
+    return kExitUsage;
+  }
+
   if (*load) {
+    load_line.options.connection = options;
     // `--target` given after `load` is the load's own (repeatable); before it, the global one.
     if (load_line.options.targets.empty() || load->count("--target") == 0) {
       load_line.options.targets = {target};
@@ -186,8 +215,6 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
-  ClientOptions options;
-  options.timeout = std::chrono::milliseconds(timeout_ms);
   auto client = BlockReadClient::Connect(target, options);
 
   if (*read) {

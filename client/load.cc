@@ -38,7 +38,7 @@ namespace {
 constexpr int kMinStreams = 4;       // per thread, given 2 reads in flight for each
 constexpr int kReadsPerStream = 16;  // beyond kMinStreams streams: a stream per this many reads
 constexpr int kMaxStreams = 8;       // per thread
-constexpr uint64_t kBatchBytes = 1 << 20;   // bytes of reads per request message at most
+constexpr uint64_t kBatchBytes = 1 << 20;  // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
 uint64_t MonotonicNowNs() {
@@ -217,6 +217,7 @@ void UnaryThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int t
       request.set_want_crc32c(o.verify && run.verify_fd < 0);
       call->start_ns = MonotonicNowNs();
       v1::BlockRead::Stub& stub = *stubs[next_stub++ % stubs.size()];
+      AddToken(o.connection, call->context);
       call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
       call->reader->StartCall();
       call->reader->Finish(&call->response, &call->status, call);
@@ -267,7 +268,10 @@ void StreamThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int 
   for (int s = 0; s < settings.streams; ++s) {
     // The first streams take the remainder of --qd.
     const int depth = o.queue_depth / settings.streams + (s < o.queue_depth % settings.streams);
-    lanes.push_back({std::make_unique<AsyncReadStream>(*stubs[s], queue), depth, {}});
+    lanes.push_back(
+        {std::make_unique<AsyncReadStream>(*stubs[s], queue, run.options.connection.token),
+         depth,
+         {}});
   }
   for (Lane& lane : lanes) lane_of[lane.stream.get()] = &lane;
   uint64_t next_tag = 0;
@@ -373,8 +377,12 @@ LoadSecond Interval(const Totals& before, const Totals& after, double end_s, dou
   for (int i = 0; i < wire::LatencyBuckets::kCount; ++i) {
     latency.buckets[i] -= before.latency_ns.buckets[i];
   }
-  return {end_s, seconds, after.reads - before.reads, after.bytes - before.bytes,
-          latency.Percentile(0.5), latency.Percentile(0.99)};
+  return {end_s,
+          seconds,
+          after.reads - before.reads,
+          after.bytes - before.bytes,
+          latency.Percentile(0.5),
+          latency.Percentile(0.99)};
 }
 
 // Takes the threads' totals once a second, on whole seconds counted from the start of the
@@ -499,8 +507,8 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   s.streams = o.streams;
   if (s.streams == 0) {
     const int by_depth = (o.queue_depth + kReadsPerStream - 1) / kReadsPerStream;
-    s.streams = std::clamp(std::max(std::min(o.queue_depth / 2, kMinStreams), by_depth), 1,
-                           kMaxStreams);
+    s.streams =
+        std::clamp(std::max(std::min(o.queue_depth / 2, kMinStreams), by_depth), 1, kMaxStreams);
     // An explicit --batch needs that many reads in flight on every stream.
     if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
   }
@@ -523,7 +531,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   Run run(o);
   std::vector<std::unique_ptr<BlockReadClient>> clients;
   for (int c = 0; c < settings.channels; ++c) {
-    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()]));
+    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()], o.connection));
   }
   // Files and their sizes, from the first server.
   if (o.files.empty()) {
@@ -556,7 +564,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
 
   std::map<std::string, uint64_t> paths, fallbacks;
   for (const std::string& target : o.targets) {
-    auto before = BlockReadClient::Connect(target)->Stats();
+    auto before = BlockReadClient::Connect(target, o.connection)->Stats();
     if (!before.ok()) return before.status();
     AddStats(*before, -1, paths, fallbacks).IgnoreError();
   }
@@ -616,7 +624,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   }
   std::vector<std::string> versions;
   for (const std::string& target : o.targets) {
-    auto after = BlockReadClient::Connect(target)->Stats();
+    auto after = BlockReadClient::Connect(target, o.connection)->Stats();
     if (!after.ok()) continue;
     AddStats(*after, 1, paths, fallbacks).IgnoreError();
     if (std::find(versions.begin(), versions.end(), after->version()) == versions.end()) {
@@ -649,8 +657,8 @@ std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
   const wire::HistogramSnapshot& l = r.latency_ns;
   std::string out = absl::StrFormat(
       "%s %s bs=%s qd=%d: %.0f IOPS, %s/s, %u reads in %.2fs\n", o.sequential ? "read" : "randread",
-      o.stream ? "stream" : "unary", FormatBytes(static_cast<double>(o.block_size)),
-      o.queue_depth, r.iops(), FormatBytes(r.bandwidth()), r.reads, r.seconds);
+      o.stream ? "stream" : "unary", FormatBytes(static_cast<double>(o.block_size)), o.queue_depth,
+      r.iops(), FormatBytes(r.bandwidth()), r.reads, r.seconds);
   absl::StrAppend(&out, "settings: ", LoadSettingsText(o, r.settings), "\n");
   absl::StrAppendFormat(&out, "latency: min %s mean %s p50 %s p90 %s p99 %s p99.9 %s max %s\n",
                         FormatUs(l.Min()), FormatUs(l.Mean()), FormatUs(l.Percentile(0.5)),

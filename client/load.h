@@ -8,12 +8,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/blockread_client.h"
 #include "proto/wire/latency_histogram.h"
 
 namespace blockread::client {
 
 struct LoadOptions {
   std::vector<std::string> targets = {"127.0.0.1:7420"};
+  // Credentials and timeouts of every channel (the CLI's --ca, --cert, --key).
+  ClientOptions connection;
   std::vector<std::string> files;  // empty: every file the (first) server lists
   bool sequential = false;         // --rw=read (else randread)
   uint64_t block_size = 4096;
@@ -58,8 +61,8 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& options);
 
 // One interval of the measured run (a second, the last one possibly shorter).
 struct LoadSecond {
-  double end_s = 0;    // end of the interval, seconds into the measured run
-  double seconds = 0;  // its length
+  double end_s = 0;               // end of the interval, seconds into the measured run
+  double seconds = 0;             // its length
   uint64_t reads = 0, bytes = 0;  // counted reads that finished in it
   uint64_t p50_ns = 0, p99_ns = 0;
   double iops() const { return seconds > 0 ? reads / seconds : 0; }
@@ -68,8 +71,8 @@ struct LoadSecond {
 
 struct LoadResult {
   LoadSettings settings;  // what the run used
-  double seconds = 0;  // measured interval
-  uint64_t reads = 0;  // successful reads in the interval
+  double seconds = 0;     // measured interval
+  uint64_t reads = 0;     // successful reads in the interval
   uint64_t bytes = 0;
   uint64_t issued = 0;                     // reads sent in total (ramp included)
   uint64_t returned = 0;                   // reads answered in total, successfully or not
@@ -82,7 +85,7 @@ struct LoadResult {
   std::map<std::string, uint64_t> server_fallbacks;
   std::string server_version;  // GetStats' version, of each target (comma-separated if several)
   std::vector<LoadSecond> per_second;  // the measured run, second by second
-  std::string verify_failure;  // non-empty: the first mismatch (the run stopped there)
+  std::string verify_failure;          // non-empty: the first mismatch (the run stopped there)
   double iops() const { return seconds > 0 ? reads / seconds : 0; }
   double bandwidth() const { return seconds > 0 ? bytes / seconds : 0; }
 };

@@ -49,8 +49,9 @@ void LoadCommandLine::AddTo(CLI::App* command) {
   command->add_option("--streams", o->streams,
                       "Streams per thread, --qd split over them (stream mode); default: derived "
                       "from --qd");
-  command->add_option("--batch", o->batch,
-                      "Reads per stream message (stream mode); default: derived from --qd and --bs");
+  command->add_option(
+      "--batch", o->batch,
+      "Reads per stream message (stream mode); default: derived from --qd and --bs");
   command->add_option("--runtime", raw.runtime, "Measured time (10, 10s, 2m)")
       ->capture_default_str();
   command->add_option("--number", o->number, "Stop after this many counted reads instead");

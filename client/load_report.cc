@@ -21,8 +21,8 @@ constexpr const char* kGreen = "#2ca02c";
 constexpr const char* kRed = "#d62728";
 constexpr const char* kPurple = "#9467bd";
 constexpr const char* kGrid = "#ddd";
-constexpr const char* kPalette[] = {kBlue, kOrange, kGreen, kRed, kPurple, "#8c564b", "#e377c2",
-                                    "#7f7f7f"};
+constexpr const char* kPalette[] = {kBlue,   kOrange,   kGreen,    kRed,
+                                    kPurple, "#8c564b", "#e377c2", "#7f7f7f"};
 
 std::string Us(double us) {
   if (us >= 1000) return absl::StrFormat("%.3g ms", us / 1000);
@@ -72,14 +72,16 @@ void DrawTimeAxis(Svg& svg, const Plot& p, double end_s) {
   for (double v = 0; v <= end_s + 1e-9; v += x.step) {
     const double px = p.left + v / end_s * p.width;
     svg.Line(px, p.bottom(), px, p.bottom() + 4, "#888");
-    svg.Text(px, p.bottom() + 16, absl::StrFormat("%g", v), {.anchor = Svg::Anchor::kMiddle, .size = 11});
+    svg.Text(px, p.bottom() + 16, absl::StrFormat("%g", v),
+             {.anchor = Svg::Anchor::kMiddle, .size = 11});
   }
   svg.Line(p.left, p.bottom(), p.right(), p.bottom(), "#888");
   svg.Text(p.left + p.width / 2, p.bottom() + 32, "seconds into the measured run",
            {.anchor = Svg::Anchor::kMiddle, .size = 12});
 }
 
-void Legend(Svg& svg, const Plot& p, const std::vector<std::pair<std::string, std::string>>& items) {
+void Legend(Svg& svg, const Plot& p,
+            const std::vector<std::pair<std::string, std::string>>& items) {
   double y = p.top + 6;
   for (const auto& [name, color] : items) {
     svg.Rect(p.right() + 14, y - 9, 12, 12, color);
@@ -118,8 +120,8 @@ std::string TimeChart(absl::string_view id, absl::string_view title, absl::strin
     svg.Polyline(points, s.color);
     for (size_t i = 0; i < points.size(); ++i) {
       svg.Circle(points[i].first, points[i].second, 2.5, s.color,
-                 absl::StrCat(s.name, " at ", absl::StrFormat("%.1f", end_s[i]), " s: ",
-                              label(s.values[i])));
+                 absl::StrCat(s.name, " at ", absl::StrFormat("%.1f", end_s[i]),
+                              " s: ", label(s.values[i])));
     }
     legend.emplace_back(s.name, s.color);
   }
@@ -152,18 +154,21 @@ std::string HistogramChart(const wire::HistogramSnapshot& h) {
   // Whole decades of microseconds around the non-empty buckets.
   const double lo_us = std::max(wire::LatencyBuckets::LowerBound(first), uint64_t{1}) / 1e3;
   const double hi_us = (wire::LatencyBuckets::UpperBound(last) + 1) / 1e3;
-  const double lo = std::floor(std::log10(lo_us)), hi = std::max(lo + 1, std::ceil(std::log10(hi_us)));
+  const double lo = std::floor(std::log10(lo_us)),
+               hi = std::max(lo + 1, std::ceil(std::log10(hi_us)));
   auto x_of = [&](double us) {
     return p.left + (std::log10(std::max(us, 1e-3)) - lo) / (hi - lo) * p.width;
   };
   double top = 0;
   for (int i = first; i <= last; ++i) top = std::max(top, 100.0 * h.buckets[i] / total);
   const LinearAxis y(top);
-  DrawYAxis(svg, p, y, [](double v) { return absl::StrFormat("%g%%", v); }, "share of reads");
+  DrawYAxis(
+      svg, p, y, [](double v) { return absl::StrFormat("%g%%", v); }, "share of reads");
   for (double d = lo; d <= hi + 1e-9; d += 1) {
     const double px = x_of(std::pow(10, d));
     svg.Line(px, p.top, px, p.bottom() + 4, kGrid);
-    svg.Text(px, p.bottom() + 16, Us(std::pow(10, d)), {.anchor = Svg::Anchor::kMiddle, .size = 11});
+    svg.Text(px, p.bottom() + 16, Us(std::pow(10, d)),
+             {.anchor = Svg::Anchor::kMiddle, .size = 11});
   }
   svg.Line(p.left, p.bottom(), p.right(), p.bottom(), "#888");
   svg.Text(p.left + p.width / 2, p.bottom() + 32, "latency (client-observed, log scale)",
@@ -232,7 +237,8 @@ std::string StackedBar(absl::string_view id, absl::string_view title,
 // Horizontal bars, one per (label, count), longest first.
 std::string Bars(absl::string_view id, absl::string_view title,
                  std::vector<std::pair<std::string, uint64_t>> bars, absl::string_view empty) {
-  std::sort(bars.begin(), bars.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::sort(bars.begin(), bars.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
   const double row = 22, left = 180, width = kWidth - left - 120;
   Svg svg(kWidth, 16 + row * std::max<size_t>(bars.size(), 1), id, title);
   if (bars.empty()) {
@@ -282,29 +288,27 @@ td { padding: 2px 0; } code { font-size: 13px; word-break: break-all; }
   for (const auto& [code, n] : r.errors) errors += n;
   std::string error_text = absl::StrCat(errors);
   for (const auto& [code, n] : r.errors) absl::StrAppend(&error_text, " ", code, "=", n);
-  absl::StrAppend(&html, "<table id=\"summary\">\n",
-                  Row("command", absl::StrCat("<code>", EscapeXml(command_line), "</code>")),
-                  Row("server version", EscapeXml(r.server_version.empty() ? "unknown"
-                                                                           : r.server_version)),
-                  Row("targets", EscapeXml(absl::StrJoin(o.targets, ", "))),
-                  Row("workload", EscapeXml(absl::StrFormat(
-                                      "%s %s, bs %s, qd %d", o.sequential ? "read" : "randread",
-                                      o.stream ? "stream" : "unary",
-                                      FormatBytes(static_cast<double>(o.block_size)),
-                                      o.queue_depth))),
-                  Row("settings", EscapeXml(LoadSettingsText(o, r.settings))),
-                  Row("result", EscapeXml(absl::StrFormat(
-                                    "%s IOPS, %s/s, %u reads in %.2f s", Count(r.iops()),
-                                    FormatBytes(r.bandwidth()), r.reads, r.seconds))),
-                  Row("latency", EscapeXml(absl::StrFormat(
-                                     "min %s, mean %s, p50 %s, p90 %s, p99 %s, p99.9 %s, max %s",
-                                     Us(l.Min() / 1e3), Us(l.Mean() / 1e3),
-                                     Us(l.Percentile(0.5) / 1e3), Us(l.Percentile(0.9) / 1e3),
-                                     Us(l.Percentile(0.99) / 1e3), Us(l.Percentile(0.999) / 1e3),
-                                     Us(l.Max() / 1e3)))),
-                  Row("errors", EscapeXml(error_text)), "</table>\n");
+  absl::StrAppend(
+      &html, "<table id=\"summary\">\n",
+      Row("command", absl::StrCat("<code>", EscapeXml(command_line), "</code>")),
+      Row("server version", EscapeXml(r.server_version.empty() ? "unknown" : r.server_version)),
+      Row("targets", EscapeXml(absl::StrJoin(o.targets, ", "))),
+      Row("workload", EscapeXml(absl::StrFormat(
+                          "%s %s, bs %s, qd %d", o.sequential ? "read" : "randread",
+                          o.stream ? "stream" : "unary",
+                          FormatBytes(static_cast<double>(o.block_size)), o.queue_depth))),
+      Row("settings", EscapeXml(LoadSettingsText(o, r.settings))),
+      Row("result", EscapeXml(absl::StrFormat("%s IOPS, %s/s, %u reads in %.2f s", Count(r.iops()),
+                                              FormatBytes(r.bandwidth()), r.reads, r.seconds))),
+      Row("latency",
+          EscapeXml(absl::StrFormat(
+              "min %s, mean %s, p50 %s, p90 %s, p99 %s, p99.9 %s, max %s", Us(l.Min() / 1e3),
+              Us(l.Mean() / 1e3), Us(l.Percentile(0.5) / 1e3), Us(l.Percentile(0.9) / 1e3),
+              Us(l.Percentile(0.99) / 1e3), Us(l.Percentile(0.999) / 1e3), Us(l.Max() / 1e3)))),
+      Row("errors", EscapeXml(error_text)), "</table>\n");
   if (!r.verify_failure.empty()) {
-    absl::StrAppend(&html, "<p><b>Verification failed:</b> ", EscapeXml(r.verify_failure), "</p>\n");
+    absl::StrAppend(&html, "<p><b>Verification failed:</b> ", EscapeXml(r.verify_failure),
+                    "</p>\n");
   }
 
   std::vector<double> end_s;
@@ -315,12 +319,12 @@ td { padding: 2px 0; } code { font-size: 13px; word-break: break-all; }
     p50.values.push_back(s.p50_ns / 1e3);
     p99.values.push_back(s.p99_ns / 1e3);
   }
-  absl::StrAppend(&html, "<h2>IOPS per second</h2>\n",
-                  TimeChart("iops-chart", "IOPS per second", "reads per second", Count, end_s,
-                            {iops}),
-                  "<h2>Latency per second</h2>\n",
-                  TimeChart("latency-chart", "p50 and p99 latency per second", "latency", Us, end_s,
-                            {p50, p99}));
+  absl::StrAppend(
+      &html, "<h2>IOPS per second</h2>\n",
+      TimeChart("iops-chart", "IOPS per second", "reads per second", Count, end_s, {iops}),
+      "<h2>Latency per second</h2>\n",
+      TimeChart("latency-chart", "p50 and p99 latency per second", "latency", Us, end_s,
+                {p50, p99}));
   absl::StrAppend(&html, "<h2>Latency histogram</h2>\n", HistogramChart(l));
 
   // The mean client-observed latency, split by the server's timing in each response: what the
@@ -346,12 +350,13 @@ td { padding: 2px 0; } code { font-size: 13px; word-break: break-all; }
   for (const auto& [reason, n] : r.server_fallbacks) {
     if (n > 0) fallbacks.emplace_back(reason, n);
   }
-  absl::StrAppend(&html, "<h2>Fallback reasons</h2>\n",
-                  Bars("fallbacks-chart", "Reads that fell back to the generic path, by reason",
-                       fallbacks, "no fallbacks: every read the simple path could serve, it served"),
-                  "<p style=\"font-size:12px;color:#666\">Server figures are the GetStats "
-                  "difference over the run, summed over the targets; they include reads from "
-                  "other clients of the same servers.</p>\n</body></html>\n");
+  absl::StrAppend(
+      &html, "<h2>Fallback reasons</h2>\n",
+      Bars("fallbacks-chart", "Reads that fell back to the generic path, by reason", fallbacks,
+           "no fallbacks: every read the simple path could serve, it served"),
+      "<p style=\"font-size:12px;color:#666\">Server figures are the GetStats "
+      "difference over the run, summed over the targets; they include reads from "
+      "other clients of the same servers.</p>\n</body></html>\n");
   return html;
 }
 

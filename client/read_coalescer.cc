@@ -59,9 +59,11 @@ struct ReadCoalescer::Lane {
   std::map<uint64_t, std::shared_ptr<Item>> in_flight;  // by tag
 };
 
-ReadCoalescer::ReadCoalescer(v1::BlockRead::Stub& stub, const CoalescingOptions& options)
-    : stub_(stub), options_(options) {
-  for (int i = 0; i < std::max(1, options_.streams); ++i) lanes_.push_back(std::make_unique<Lane>());
+ReadCoalescer::ReadCoalescer(v1::BlockRead::Stub& stub, const CoalescingOptions& options,
+                             const std::string& token)
+    : stub_(stub), token_(token), options_(options) {
+  for (int i = 0; i < std::max(1, options_.streams); ++i)
+    lanes_.push_back(std::make_unique<Lane>());
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -218,7 +220,7 @@ std::optional<std::chrono::steady_clock::time_point> ReadCoalescer::Dispatch() {
     if (best == nullptr) {
       for (auto& lane : lanes_) {
         if (lane->stream == nullptr) {
-          lane->stream = std::make_unique<AsyncReadStream>(stub_, cq_);
+          lane->stream = std::make_unique<AsyncReadStream>(stub_, cq_, token_);
           break;
         }
       }

@@ -73,7 +73,9 @@ class CancellationHook {
 // queue their read and wait for its result, their deadline or their cancellation.
 class ReadCoalescer {
  public:
-  ReadCoalescer(v1::BlockRead::Stub& stub, const CoalescingOptions& options);
+  // `token`: see AsyncReadStream.
+  ReadCoalescer(v1::BlockRead::Stub& stub, const CoalescingOptions& options,
+                const std::string& token);
   // REQUIRES: no Read() running. Cancels the streams and waits for them to end.
   ~ReadCoalescer();
 
@@ -81,9 +83,9 @@ class ReadCoalescer {
   // in a message fails only itself), or the stream's if the stream carrying it broke, or
   // DEADLINE_EXCEEDED / CANCELLED when the caller's deadline or cancellation came first (the
   // server may still read it; the bytes are dropped). `item.tag` is ignored.
-  absl::StatusOr<v1::ReadBlockResponse> Read(const v1::ReadItem& item,
-                                             std::optional<std::chrono::system_clock::time_point> deadline,
-                                             ReadCancellation* cancellation);
+  absl::StatusOr<v1::ReadBlockResponse> Read(
+      const v1::ReadItem& item, std::optional<std::chrono::system_clock::time_point> deadline,
+      ReadCancellation* cancellation);
 
  private:
   struct Item;
@@ -97,6 +99,7 @@ class ReadCoalescer {
   void Wake();  // REQUIRES: mu_ held
 
   v1::BlockRead::Stub& stub_;
+  const std::string token_;
   const CoalescingOptions options_;
 
   std::mutex mu_;

@@ -16,22 +16,33 @@ std::string EscapeXml(absl::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
 Svg::Svg(double width, double height, absl::string_view id, absl::string_view title) {
-  absl::StrAppend(&out_, "<svg id=\"", EscapeXml(id),
-                  "\" width=\"", N(width), "\" height=\"", N(height), "\" viewBox=\"0 0 ",
-                  N(width), " ", N(height), "\" role=\"img\" font-family=\"sans-serif\"><title>",
-                  EscapeXml(title), "</title>\n");
+  absl::StrAppend(&out_, "<svg id=\"", EscapeXml(id), "\" width=\"", N(width), "\" height=\"",
+                  N(height), "\" viewBox=\"0 0 ", N(width), " ", N(height),
+                  "\" role=\"img\" font-family=\"sans-serif\"><title>", EscapeXml(title),
+                  "</title>\n");
 }
 
 void Svg::Line(double x1, double y1, double x2, double y2, absl::string_view stroke,
@@ -60,7 +71,8 @@ void Svg::Polyline(const std::vector<std::pair<double, double>>& points, absl::s
   absl::StrAppend(&out_, "\"/>\n");
 }
 
-void Svg::Circle(double cx, double cy, double r, absl::string_view fill, absl::string_view tooltip) {
+void Svg::Circle(double cx, double cy, double r, absl::string_view fill,
+                 absl::string_view tooltip) {
   absl::StrAppend(&out_, "<circle cx=\"", N(cx), "\" cy=\"", N(cy), "\" r=\"", N(r), "\" fill=\"",
                   EscapeXml(fill), "\"");
   if (tooltip.empty()) {

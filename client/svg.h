@@ -36,7 +36,8 @@ class Svg {
             absl::string_view tooltip = "");
   void Polyline(const std::vector<std::pair<double, double>>& points, absl::string_view stroke,
                 double stroke_width = 2);
-  void Circle(double cx, double cy, double r, absl::string_view fill, absl::string_view tooltip = "");
+  void Circle(double cx, double cy, double r, absl::string_view fill,
+              absl::string_view tooltip = "");
   void Text(double x, double y, absl::string_view text, const TextStyle& style);
   void Text(double x, double y, absl::string_view text) { Text(x, y, text, TextStyle()); }
 

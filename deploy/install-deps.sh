@@ -28,7 +28,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler liburing-dev libabsl-dev
-  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
+  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev libssl-dev
 )
 [ "$set" = build ] || packages+=(
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape

@@ -6,6 +6,9 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <memory>
+
+#include "server/access.h"
 
 namespace blockread::server {
 
@@ -56,6 +59,13 @@ class Call {
   void HandleEvent(uint8_t event, bool ok);
 
   RpcMethod method() const { return method_; }
+  // Who made the call: set by the accept point; Identity::Nobody() until then and for health.
+  const Identity& identity() const { return *identity_; }
+  // The accept point's verdict: `identity` belongs to `policy`, which the call keeps alive.
+  void SetIdentity(const Identity* identity, std::shared_ptr<const AccessPolicy> policy) {
+    identity_ = identity;
+    policy_ = std::move(policy);
+  }
 
  protected:
   static constexpr uint8_t kRequest = 0;
@@ -121,6 +131,8 @@ class Call {
 
  private:
   const RpcMethod method_;
+  const Identity* identity_ = &Identity::Nobody();
+  std::shared_ptr<const AccessPolicy> policy_;
   uint32_t pending_ = 0;
   bool finish_sent_ = false;
   bool cancelled_ = false;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/exposure.h"
 
 // Every flag is optional: unset means "whatever the config file says, else the default", so a
 // flag given on the command line always wins over the file.
@@ -79,15 +80,37 @@ ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
 ABSL_FLAG(std::string, metrics_listen, blockread::server::kDefaultMetricsListen,
           "ADDR:PORT for the Prometheus /metrics endpoint over HTTP; empty turns it off; port 0 "
           "picks a free port, printed at startup.");
-ABSL_FLAG(std::optional<std::string>, io_engine, std::nullopt,
-          absl::StrCat("I/O engine: auto, io_uring or psync (default ",
-                       blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
-                       "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
-                       "is blocked (container seccomp profiles), logging one line with the cause "
-                       "and the fix; io_uring makes that a startup error."));
+ABSL_FLAG(
+    std::optional<std::string>, io_engine, std::nullopt,
+    absl::StrCat("I/O engine: auto, io_uring or psync (default ",
+                 blockread::storage::IoEngineName(blockread::server::kEngineDefaults.io_engine),
+                 "). auto uses io_uring, or pool threads doing pread (psync) when io_uring "
+                 "is blocked (container seccomp profiles), logging one line with the cause "
+                 "and the fix; io_uring makes that a startup error."));
 ABSL_FLAG(std::optional<uint32_t>, keepalive_time_ms, std::nullopt,
           absl::StrCat("HTTP/2 keepalive ping interval on idle connections (default ",
                        blockread::server::kDefaultKeepaliveTimeMs, ")."));
+
+ABSL_FLAG(std::optional<std::string>, tls_cert, std::nullopt,
+          "PEM certificate chain to serve gRPC over TLS (with --tls-key). Re-read every "
+          "--tls-refresh-interval-s: rotate by swapping certificate and key together.");
+ABSL_FLAG(std::optional<std::string>, tls_key, std::nullopt, "PEM private key of --tls-cert.");
+ABSL_FLAG(std::optional<std::string>, tls_client_ca, std::nullopt,
+          "PEM CA bundle: require a client certificate signed by it (mutual TLS).");
+ABSL_FLAG(std::optional<uint32_t>, tls_refresh_interval_s, std::nullopt,
+          absl::StrCat("How often the TLS files are re-read, in seconds (default ",
+                       blockread::server::kDefaultTlsRefreshIntervalS, ")."));
+ABSL_FLAG(std::optional<bool>, allow_insecure, std::nullopt,
+          "Allow plaintext gRPC or /metrics on an address that is not loopback (refused "
+          "otherwise: anyone who reaches the port could read every served file); logs a "
+          "warning.");
+ABSL_FLAG(std::optional<std::string>, health_listen, std::nullopt,
+          "ADDR:PORT of a plaintext endpoint serving only grpc.health.v1, for kubelet and "
+          "container health checks; allowed off loopback (default: none).");
+ABSL_FLAG(std::optional<std::string>, auth, std::nullopt,
+          "Access file (textproto, blockread.v1.AccessConfig): identities by token or TLS client "
+          "certificate, and the files each may read; re-read on SIGHUP. Without it every client "
+          "may read everything, so the server then stays on loopback unless --allow-insecure.");
 
 namespace blockread::server {
 namespace {
@@ -151,13 +174,16 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
   if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
   if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);
+  if (config.tls_refresh_interval_s() == 0) {
+    config.set_tls_refresh_interval_s(kDefaultTlsRefreshIntervalS);
+  }
   if (!config.has_metrics_listen()) config.set_metrics_listen(kDefaultMetricsListen);
   if (config.io_engine().empty()) {
     config.set_io_engine(storage::IoEngineName(kEngineDefaults.io_engine));
   }
   if (!storage::ParseIoEngine(config.io_engine())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--io_engine: '", config.io_engine(), "' is not one of auto, io_uring, psync"));
+    return absl::InvalidArgumentError(absl::StrCat("--io_engine: '", config.io_engine(),
+                                                   "' is not one of auto, io_uring, psync"));
   }
   if (config.listen().find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -167,6 +193,11 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics_listen: '", config.metrics_listen(),
                                                    "' is not ADDR:PORT (empty: off)"));
   }
+  if (!config.health_listen().empty() && config.health_listen().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--health-listen: '", config.health_listen(), "' is not ADDR:PORT"));
+  }
+  if (absl::Status exposure = CheckExposure(config); !exposure.ok()) return exposure;
   for (const std::string& spec : config.device()) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
@@ -178,15 +209,21 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   return config;
 }
 
-absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
-                                                   const std::string& source) {
-  v1::ServerConfig config;
+absl::Status ParseTextProto(const std::string& text, const std::string& source,
+                            google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
   FirstError errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
+  if (!parser.ParseFromString(text, message)) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", errors.error));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
+                                                   const std::string& source) {
+  v1::ServerConfig config;
+  if (absl::Status parsed = ParseTextProto(text, source, &config); !parsed.ok()) return parsed;
   return config;
 }
 
@@ -242,6 +279,13 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   }
   if (auto v = absl::GetFlag(FLAGS_keepalive_time_ms)) config.set_keepalive_time_ms(*v);
   if (auto v = absl::GetFlag(FLAGS_io_engine)) config.set_io_engine(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_cert)) config.set_tls_cert(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_key)) config.set_tls_key(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_client_ca)) config.set_tls_client_ca(*v);
+  if (auto v = absl::GetFlag(FLAGS_tls_refresh_interval_s)) config.set_tls_refresh_interval_s(*v);
+  if (auto v = absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(*v);
+  if (auto v = absl::GetFlag(FLAGS_health_listen)) config.set_health_listen(*v);
+  if (auto v = absl::GetFlag(FLAGS_auth)) config.set_auth(*v);
   return FinalizeServerConfig(std::move(config));
 }
 

@@ -3,6 +3,8 @@
 #ifndef BLOCKREAD_SERVER_CONFIG_H_
 #define BLOCKREAD_SERVER_CONFIG_H_
 
+#include <google/protobuf/message.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@ inline constexpr uint32_t kDefaultIdleSpinUs = 50;
 inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;
 inline constexpr uint32_t kDefaultShutdownGraceMs = 10000;
 inline constexpr uint32_t kDefaultKeepaliveTimeMs = 30000;
+inline constexpr uint32_t kDefaultTlsRefreshIntervalS = 60;
 
 // Reads --config (or --check-config; if both are given they must name the same file), applies
 // every flag given on the command line, fills defaults and validates. Call after
@@ -39,6 +42,11 @@ std::optional<std::string> CheckConfigFile();
 // Parses a config file's text (textproto, blockread.v1.ServerConfig) as LoadServerConfig does,
 // without defaults or validation (FinalizeServerConfig). Syntax errors and unknown fields are
 // INVALID_ARGUMENT "<source>:<line>:<column>: <problem>".
+// Parses textproto `text` into `message` (cleared first). Errors are INVALID_ARGUMENT
+// "<source>:<line>:<column>: <what>", for every textproto file the server reads.
+absl::Status ParseTextProto(const std::string& text, const std::string& source,
+                            google::protobuf::Message* message);
+
 absl::StatusOr<v1::ServerConfig> ParseServerConfig(const std::string& text,
                                                    const std::string& source);
 

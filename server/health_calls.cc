@@ -7,19 +7,19 @@
 #include "server/unary_call.h"
 
 namespace blockread::server {
+
+bool IsKnownHealthService(const std::string& service) {
+  return service.empty() || service == "blockread.v1.BlockRead";
+}
 namespace {
 
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 using HealthService = grpc::health::v1::Health::AsyncService;
 
-bool IsKnownService(const std::string& service) {
-  return service.empty() || service == "blockread.v1.BlockRead";
-}
-
-grpc::Status Check(Worker& worker, const HealthCheckRequest& request,
+grpc::Status Check(Worker& worker, const Identity&, const HealthCheckRequest& request,
                    HealthCheckResponse* response) {
-  if (!IsKnownService(request.service())) {
+  if (!IsKnownHealthService(request.service())) {
     return ToGrpcStatus(absl::NotFoundError("unknown service: " + request.service()));
   }
   response->set_status(static_cast<HealthCheckResponse::ServingStatus>(
@@ -52,7 +52,7 @@ class WatchCall final : public Call, public HealthWatcher {
   void PostNext() override { Post(worker_); }
 
   void OnRequest() override {
-    if (!IsKnownService(request_.service())) {
+    if (!IsKnownHealthService(request_.service())) {
       Send(HealthCheckResponse::SERVICE_UNKNOWN);
       return;
     }

@@ -5,9 +5,14 @@
 #ifndef BLOCKREAD_SERVER_HEALTH_CALLS_H_
 #define BLOCKREAD_SERVER_HEALTH_CALLS_H_
 
+#include <string>
+
 #include "server/worker.h"
 
 namespace blockread::server {
+
+// The services health answers for: "" (the server as a whole) and "blockread.v1.BlockRead".
+bool IsKnownHealthService(const std::string& service);
 
 // Posts the first Check and Watch calls on the worker's queue.
 void PostHealthCalls(Worker& worker);

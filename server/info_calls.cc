@@ -44,14 +44,26 @@ void ErrorCountsToProto(const storage::ErrorCountsSnapshot& in,
   }
 }
 
-grpc::Status StatFile(Worker& worker, const v1::StatFileRequest& request, v1::FileInfo* response) {
+// A file as `caller` may see it: the devices holding it only for admins.
+v1::FileInfo DescribeFileFor(const Identity& caller, const storage::Catalog& catalog,
+                             const storage::FileMap& map) {
+  v1::FileInfo info = DescribeFile(catalog, map);
+  if (!caller.admin) info.clear_devices();
+  return info;
+}
+
+grpc::Status StatFile(Worker& worker, const Identity& caller, const v1::StatFileRequest& request,
+                      v1::FileInfo* response) {
+  // A file the caller may not read does not exist for it: the same answer as an unknown name.
+  if (!caller.MayRead(request.file()))
+    return ToGrpcStatus(storage::UnknownFileError(request.file()));
   auto map = worker.shared().catalog.Resolve(request.file());
   if (!map.ok()) return ToGrpcStatus(map.status());
-  *response = DescribeFile(worker.shared().catalog, **map);
+  *response = DescribeFileFor(caller, worker.shared().catalog, **map);
   return grpc::Status::OK;
 }
 
-grpc::Status ListFiles(Worker& worker, const v1::ListFilesRequest& request,
+grpc::Status ListFiles(Worker& worker, const Identity& caller, const v1::ListFilesRequest& request,
                        v1::ListFilesResponse* response) {
   const uint32_t page_size =
       request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
@@ -62,9 +74,10 @@ grpc::Status ListFiles(Worker& worker, const v1::ListFilesRequest& request,
                 ? names.begin()
                 : std::upper_bound(names.begin(), names.end(), request.page_token());
   for (; it != names.end() && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
+    if (!caller.MayRead(*it)) continue;
     auto map = catalog.Resolve(*it);
     if (!map.ok()) continue;  // removed since import: not listable now
-    *response->add_files() = DescribeFile(catalog, **map);
+    *response->add_files() = DescribeFileFor(caller, catalog, **map);
   }
   if (it != names.end() && response->files_size() > 0) {
     response->set_next_page_token(response->files(response->files_size() - 1).name());
@@ -72,8 +85,12 @@ grpc::Status ListFiles(Worker& worker, const v1::ListFilesRequest& request,
   return grpc::Status::OK;
 }
 
-grpc::Status GetStats(Worker& worker, const v1::GetStatsRequest&, v1::GetStatsResponse* response) {
+grpc::Status GetStats(Worker& worker, const Identity& caller, const v1::GetStatsRequest&,
+                      v1::GetStatsResponse* response) {
   *response = CollectStats(worker.shared());
+  // Device names, paths and backends are layout: admin only. Everyone gets the per-path and
+  // fallback counts and the version (what the load report needs).
+  if (!caller.admin) response->clear_devices();
   return grpc::Status::OK;
 }
 
@@ -107,8 +124,8 @@ std::string DescribeDecision(const storage::FileMap& map, const storage::PathDec
   return "generic";
 }
 
-grpc::Status Explain(Worker& worker, const v1::ExplainRequest& request,
-                     v1::ExplainResponse* response) {
+grpc::Status Explain(Worker& worker, const Identity&, const v1::ExplainRequest& request,
+                     v1::ExplainResponse* response) {  // admin only: see Worker::Accept
   const storage::EngineConfig config = EngineConfigFrom(worker.shared().config);
   if (absl::Status valid = storage::ValidateReadRange(config, request.offset(), request.length());
       !valid.ok()) {

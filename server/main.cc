@@ -48,10 +48,12 @@ int main(int raw_argc, char** raw_argv) {
 
   // Block the stop signals in every thread (gRPC's threads inherit this mask) so the main thread
   // alone takes them, with sigwait, and shuts down in order.
+  // SIGHUP (re-read --auth) likewise.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   absl::SetProgramUsageMessage(absl::StrCat(
@@ -65,7 +67,8 @@ int main(int raw_argc, char** raw_argv) {
       "Prometheus metrics: http://",
       blockread::server::kDefaultMetricsListen,
       "/metrics unless --metrics-listen says otherwise.\n"
-      "SIGTERM/SIGINT: graceful shutdown (in-flight reads finish), exit status 0.\n\n"
+      "SIGTERM/SIGINT: graceful shutdown (in-flight reads finish), exit status 0. SIGHUP: re-read "
+      "the --auth file.\n\n"
       "Usage: blockread-server [flags]"));
   absl::ParseCommandLine(argc, argv);
   auto config = blockread::server::LoadServerConfig();
@@ -91,10 +94,19 @@ int main(int raw_argc, char** raw_argv) {
   } else {
     printf("blockread-server: metrics off\n");
   }
+  if ((*server)->health_port() != 0) {
+    const std::string& health = config->health_listen();
+    printf("blockread-server: health (plaintext) on %s:%d\n",
+           health.substr(0, health.rfind(':')).c_str(), (*server)->health_port());
+  }
   fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  for (;;) {
+    sigwait(&stop_signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    (*server)->ReloadAccess().IgnoreError();  // logged; the rules in force stay
+  }
   blockread::storage::LogInfo(absl::StrCat("received ", strsignal(signal_number),
                                            ": shutting down gracefully (grace ",
                                            config->shutdown_grace_ms(), " ms)"));

@@ -76,6 +76,10 @@ void ReadBlockCall::OnRequest() {
     FinishWith(ToGrpcStatus(absl::InvalidArgumentError("malformed ReadBlockRequest")));
     return;
   }
+  if (!identity().MayRead(request_.file())) {
+    FinishWith(ToGrpcStatus(ReadDenied(identity(), request_.file())));
+    return;
+  }
   AdmissionQueue& admission = worker_.admission();
   // Behind the reads already waiting: a newcomer never overtakes them.
   if (admission.empty() && TryStart()) return;
@@ -116,7 +120,8 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
   bool keep_slot = false;
   if (!call->cancelled()) {
     if (!result.status.ok()) {
-      call->FinishWith(ToGrpcStatus(result.status));
+      call->FinishWith(
+          ToGrpcStatus(ReadFailed(call->request_.file(), call->request_.offset(), result.status)));
     } else {
       v1::ReadBlockResponse response;
       FillFromResult(response, result, call->request_.want_crc32c(), call->arrival_ns_);
@@ -239,7 +244,20 @@ ReadBlocksCall::StreamRead* ReadBlocksCall::NewRead() {
 
 void ReadBlocksCall::FreeRead(StreamRead* read) { free_reads_.push_back(read); }
 
+bool ReadBlocksCall::MayRead(const std::string& file) {
+  // A stream mostly reads few files: remember the last one allowed rather than match patterns
+  // for every read.
+  if (file == last_allowed_file_) return true;
+  if (!identity().MayRead(file)) return false;
+  last_allowed_file_ = file;
+  return true;
+}
+
 void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
+  if (!MayRead(item.file())) {
+    AddError(item.tag(), ReadDenied(identity(), item.file()));
+    return;
+  }
   StreamRead* read = NewRead();
   read->item = item;
   read->arrival_ns = arrival_ns;
@@ -296,7 +314,8 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
   bool keep_slot = false;
   if (!call->over()) {
     if (!result.status.ok()) {
-      call->AddError(read->item.tag(), result.status);
+      call->AddError(read->item.tag(),
+                     ReadFailed(read->item.file(), read->item.offset(), result.status));
     } else {
       v1::ReadResult out;
       out.set_tag(read->item.tag());

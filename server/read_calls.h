@@ -115,6 +115,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   void OnEvent(uint8_t event, bool ok) override;
 
   void IssueRead();
+  // May the caller read `file`? (A stream's reads are checked one by one.)
+  bool MayRead(const std::string& file);
   void StartItem(const v1::ReadItem& item, uint64_t arrival_ns);
   // Offers the read to the engine. False: its slots are busy (nothing happened); otherwise it is
   // in flight or already answered (state says which).
@@ -150,6 +152,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   std::vector<std::unique_ptr<StreamRead>> reads_;
   std::vector<StreamRead*> free_reads_;
   WaitList wait_list_;
+  // The caller may read this file (ReadBlocksCall::MayRead's cache).
+  std::string last_allowed_file_;
   uint32_t waiting_ = 0;    // reads in the admission queue
   uint32_t in_flight_ = 0;  // reads in the engine
   bool reading_ = false;    // a Read operation is outstanding

@@ -10,6 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "server/config.h"
 #include "server/demo_data.h"
+#include "server/exposure.h"
+#include "server/health_endpoint.h"
+#include "server/transport_security.h"
 #include "server/worker.h"
 #include "storage/clock.h"
 #include "storage/log.h"
@@ -50,13 +53,21 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   if (!io_engine.ok()) return io_engine.status();
   server->config_.set_io_engine(storage::IoEngineName(*io_engine));
 
-  server->shared_ = std::make_unique<SharedState>(server->config_, server->catalog_);
+  std::shared_ptr<const AccessPolicy> access = AccessPolicy::Open();
+  if (!server->config_.auth().empty()) {
+    auto loaded = AccessPolicy::Load(server->config_.auth());
+    if (!loaded.ok()) return loaded.status();
+    access = *std::move(loaded);
+  }
+  server->shared_ =
+      std::make_unique<SharedState>(server->config_, server->catalog_, std::move(access));
   SharedState& shared = *server->shared_;
   shared.start_ns = storage::MonotonicNowNs();
   if (server->config_.reflection()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  auto credentials = ListenCredentials(server->config_);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(server->config_.listen(), grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(server->config_.listen(), *credentials, &server->port_);
   builder.RegisterService(&shared.service);
   builder.RegisterService(&shared.health_service);
   // A stale server on the same port must make us fail, not silently share the port.
@@ -102,15 +113,42 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
     }
     server->metrics_ = std::move(*metrics);
   }
+  if (!server->config_.health_listen().empty()) {
+    auto health = HealthEndpoint::Start(server->config_.health_listen(), shared);
+    if (!health.ok()) {
+      server->Shutdown();
+      return health.status();
+    }
+    server->health_endpoint_ = std::move(*health);
+  }
+  if (std::string warning = InsecureExposureWarning(server->config_); !warning.empty()) {
+    storage::LogWarning(warning);
+  }
   shared.health.store(grpc::health::v1::HealthCheckResponse::SERVING);
   for (Worker* worker : shared.workers) worker->Wake();  // tell open Watch streams
   storage::LogInfo(absl::StrFormat(
       "serving %d files from %d devices with %d pinned workers (CPUs %s), simple_max_bytes=%u, "
-      "io_engine=%s",
+      "io_engine=%s, %s",
       server->catalog_.file_count(), server->catalog_.device_count(), cpus->size(),
       server->config_.cpus().empty() ? "from the affinity mask" : server->config_.cpus(),
-      server->config_.simple_max_bytes(), server->config_.io_engine()));
+      server->config_.simple_max_bytes(), server->config_.io_engine(),
+      TransportSummary(server->config_)));
   return server;
+}
+
+absl::Status BlockReadServer::ReloadAccess() {
+  if (config_.auth().empty()) return absl::OkStatus();
+  auto loaded = AccessPolicy::Load(config_.auth());
+  if (!loaded.ok()) {
+    storage::LogError(
+        absl::StrCat("--auth: keeping the access rules in force: ", loaded.status().message()));
+    return loaded.status();
+  }
+  const size_t identities = (*loaded)->identity_count();
+  shared_->access.Replace(*std::move(loaded));
+  storage::LogInfo(
+      absl::StrFormat("--auth: reloaded %s (%d identities)", config_.auth(), identities));
+  return absl::OkStatus();
 }
 
 void BlockReadServer::Shutdown() {
@@ -131,6 +169,8 @@ void BlockReadServer::Shutdown() {
     for (Worker* worker : shared_->workers) worker->RequestStop();
     for (Worker* worker : shared_->workers) worker->Join();
   }
+  // Probes saw NOT_SERVING through the drain; now the health endpoint goes too.
+  health_endpoint_.reset();
   if (server_ != nullptr) server_->Wait();
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "blockread/v1/server_config.pb.h"
+#include "server/health_endpoint.h"
 #include "server/metrics.h"
 #include "server/shared_state.h"
 #include "server/worker.h"
@@ -35,10 +36,16 @@ class BlockReadServer {
 
   // The port actually bound (differs from the configured one when that is 0).
   int port() const { return port_; }
+  // The --health-listen port actually bound; 0 when there is none.
+  int health_port() const { return health_endpoint_ != nullptr ? health_endpoint_->port() : 0; }
   // The /metrics port actually bound; 0 when metrics are off.
   int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
   const storage::Catalog& catalog() const { return catalog_; }
   Worker& worker(size_t index) { return *workers_[index]; }
+
+  // Re-reads the --auth file and puts it in force for new RPCs; a file that does not load keeps
+  // the rules in force, and the error is logged and returned. Any thread.
+  absl::Status ReloadAccess();
 
   // Graceful stop: health goes NOT_SERVING, no new RPCs are accepted, RPCs in flight get
   // shutdown_grace_ms to finish (then they are cancelled; reads already on the device still
@@ -54,6 +61,7 @@ class BlockReadServer {
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<MetricsEndpoint> metrics_;  // reads the workers: stopped before them
+  std::unique_ptr<HealthEndpoint> health_endpoint_;
   int port_ = 0;
   bool shut_down_ = false;
 };

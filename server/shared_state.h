@@ -9,6 +9,7 @@
 #include "blockread/v1/blockread.grpc.pb.h"
 #include "blockread/v1/server_config.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/access.h"
 #include "storage/catalog.h"
 
 namespace blockread::server {
@@ -25,13 +26,16 @@ using BlockReadService = v1::BlockRead::WithRawMethod_ReadBlock<
 
 // Built by the server before the workers start; read-only afterwards except `health`.
 struct SharedState {
-  SharedState(const v1::ServerConfig& config, storage::Catalog& catalog)
-      : config(config), catalog(catalog) {}
+  SharedState(const v1::ServerConfig& config, storage::Catalog& catalog,
+              std::shared_ptr<const AccessPolicy> access_policy)
+      : config(config), catalog(catalog), access(std::move(access_policy)) {}
 
   const v1::ServerConfig& config;
   storage::Catalog& catalog;
   BlockReadService service;
   grpc::health::v1::Health::AsyncService health_service;
+  // Who may read what (--auth); replaced on SIGHUP.
+  AccessRules access;
   // A grpc::health::v1::HealthCheckResponse::ServingStatus. NOT_SERVING until every worker's
   // engine is up, and again from the start of shutdown.
   std::atomic<int> health{grpc::health::v1::HealthCheckResponse::NOT_SERVING};

@@ -1,5 +1,8 @@
 #include "server/status_mapping.h"
 
+#include "absl/strings/str_cat.h"
+#include "storage/catalog.h"
+
 namespace blockread::server {
 namespace {
 
@@ -31,6 +34,11 @@ static_assert(SameCode(absl::StatusCode::kUnauthenticated, grpc::StatusCode::UNA
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status ReadFailed(const std::string& file, uint64_t offset, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("reading file ", storage::EchoedName(file),
+                                                  " at offset ", offset, ": ", status.message()));
 }
 
 void FillStatus(const absl::Status& status, v1::ReadResult* out) {

@@ -19,6 +19,10 @@ namespace blockread::server {
 // (NOT_FOUND, OUT_OF_RANGE, DATA_LOSS ...).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// A failed read as its client should see it: which file and offset, then what went wrong
+// (the engine's message for a device error carries no device detail; see storage/log.h).
+absl::Status ReadFailed(const std::string& file, uint64_t offset, const absl::Status& status);
+
 // A stream read's outcome in its result: ReadResult.code (a google.rpc.Code) and, when not OK,
 // ReadResult.error_message.
 void FillStatus(const absl::Status& status, v1::ReadResult* out);

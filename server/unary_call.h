@@ -17,8 +17,10 @@ class UnaryCall final : public Call {
                                           grpc::ServerAsyncResponseWriter<Response>*,
                                           grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
                                           void*);
-  // Fills the response, or returns the error to answer with.
-  using Handler = grpc::Status (*)(Worker& worker, const Request& request, Response* response);
+  // Fills the response, or returns the error to answer with. `caller` is who made the call (the
+  // accept point has authenticated it): handlers show it only what it may see.
+  using Handler = grpc::Status (*)(Worker& worker, const Identity& caller, const Request& request,
+                                   Response* response);
 
   // Starts waiting for the next call of `method` on the worker's queue; finished calls are
   // counted as `counted_as`.
@@ -43,7 +45,8 @@ class UnaryCall final : public Call {
 
   void PostNext() override { Post(worker_, service_, method_, handler_, method()); }
   void OnRequest() override {
-    FinishUnary(responder_, response_, handler_(worker_, request_, &response_), finish_tag_);
+    FinishUnary(responder_, response_, handler_(worker_, identity(), request_, &response_),
+                finish_tag_);
   }
   void Refuse(const grpc::Status& status) override {
     FinishUnary(responder_, response_, status, finish_tag_);

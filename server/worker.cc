@@ -10,6 +10,7 @@
 #include "server/health_calls.h"
 #include "server/info_calls.h"
 #include "server/read_calls.h"
+#include "server/status_mapping.h"
 #include "storage/clock.h"
 #include "storage/log.h"
 
@@ -128,8 +129,21 @@ void Worker::Run() {
   }
 }
 
-grpc::Status Worker::Accept(const Call&, const grpc::ServerContext&) {
-  // Every RPC passes here first: identity, access checks and quotas belong here.
+grpc::Status Worker::Accept(Call& call, const grpc::ServerContext& context) {
+  if (call.method() == RpcMethod::kHealthCheck || call.method() == RpcMethod::kHealthWatch) {
+    return grpc::Status::OK;  // health stays open, as Identity::Nobody()
+  }
+  if (const uint64_t generation = shared_.access.generation(); generation != access_generation_) {
+    access_ = shared_.access.Current();  // the rules changed (SIGHUP), or the first call
+    access_generation_ = generation;
+  }
+  absl::StatusOr<const Identity*> identity = access_->Authenticate(context);
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  call.SetIdentity(*identity, access_);
+  if (call.method() == RpcMethod::kExplain && !(*identity)->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError(
+        "Explain shows devices and physical layout: it needs an identity with admin"));
+  }
   return grpc::Status::OK;
 }
 

@@ -123,9 +123,11 @@ class Worker {
   bool accepting_operations() const { return !queue_shut_down_; }
   // Where reads wait for engine slots (bounded by max_queued_reads, round-robin across calls).
   AdmissionQueue& admission() { return admission_; }
-  // The accept point: every RPC's request passes here before any per-method code runs.
-  // OK to go on; otherwise the status to answer with.
-  grpc::Status Accept(const Call& call, const grpc::ServerContext& context);
+  // The accept point: every RPC's request passes here before any per-method code runs. It
+  // authenticates the caller (health excepted) and sets the call's identity, and refuses what the
+  // identity may never do (Explain without admin). OK to go on; otherwise the status to answer
+  // with.
+  grpc::Status Accept(Call& call, const grpc::ServerContext& context);
   void ScheduleFlush(Flushable* call) { flush_.push_back(call); }
   // Registers/unregisters an open grpc.health.v1 Watch call for health change notices.
   void AddWatcher(HealthWatcher* watcher) { watchers_.push_back(watcher); }
@@ -146,6 +148,9 @@ class Worker {
   std::unique_ptr<SlotLender> lender_;  // uses engine_: goes first
   std::atomic<const storage::StatsShard*> stats_{nullptr};
   WorkerCounters counters_;
+  // The access rules as of access_generation_; re-taken from shared_.access when it moves.
+  std::shared_ptr<const AccessPolicy> access_;
+  uint64_t access_generation_ = ~uint64_t{0};
   std::thread thread_;
   // Set once the worker serves or has failed to start (std types, not absl::Notification: see
   // storage/catalog.h on ThreadSanitizer and Debian's Abseil).

@@ -22,6 +22,25 @@ FileMapRef Unowned(const FileMap* map) { return FileMapRef(std::shared_ptr<void>
 
 }  // namespace
 
+std::string EchoedName(absl::string_view name) {
+  if (name.size() <= kMaxEchoedNameBytes) return std::string(name);
+  return absl::StrCat(name.substr(0, kMaxEchoedNameBytes), "... (", name.size(), " bytes)");
+}
+
+absl::Status UnknownFileError(absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat("unknown file '", EchoedName(name), "'"));
+}
+
+absl::Status Catalog::InClientTerms(absl::string_view name, const absl::Status& status) {
+  // Import errors name server paths and devices: those go to the log; the client gets the code,
+  // the file's name and the incident to quote.
+  const uint64_t incident =
+      LogIncident(LogLevel::kWarning, absl::StrCat("file ", name, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrFormat("file %s changed and cannot be served now (%s)", name,
+                                      IncidentNote(incident)));
+}
+
 absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
   if (FindDevice(device->name())) {
     return absl::AlreadyExistsError(
@@ -224,17 +243,17 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
 
 absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
   auto it = files_.find(name);
-  if (it == files_.end()) return absl::NotFoundError(absl::StrCat("unknown file '", name, "'"));
+  if (it == files_.end()) return UnknownFileError(name);
   FileEntry& entry = *it->second;
   if (entry.static_map) return entry.static_map;
 
   auto current = StatFileIdentity(entry.source);
   if (!current.ok()) {
     if (absl::IsNotFound(current.status())) {
-      return absl::NotFoundError(absl::StrFormat("file %s: %s was removed since it was imported",
-                                                 name, entry.source.display()));
+      return absl::NotFoundError(
+          absl::StrFormat("file %s was removed since it was imported", EchoedName(name)));
     }
-    return current.status();
+    return InClientTerms(name, current.status());
   }
   {
     std::shared_lock lock(entry.mu);
@@ -252,14 +271,14 @@ absl::StatusOr<FileMapRef> Catalog::Reimport(absl::string_view name, FileEntry& 
   if (replaced && entry.imported_map->source() == FileSource::kFileRoute) {
     // The file-route device's descriptor still refers to the old inode.
     return absl::FailedPreconditionError(absl::StrFormat(
-        "file %s: %s was replaced since it was imported and is served through the file itself; "
+        "file %s was replaced since it was imported and is served through the file itself; "
         "restart the server to serve the new file",
-        name, entry.source.display()));
+        name));
   }
   FileIdentity identity;
   auto map =
       BuildImportedMap(std::string(name), entry.source, /*may_add_devices=*/false, &identity);
-  if (!map.ok()) return map.status();
+  if (!map.ok()) return InClientTerms(name, map.status());
   entry.imported_map = std::make_shared<const FileMap>(*std::move(map));
   entry.identity = identity;
   LogInfo(absl::StrFormat("file %s: %s changed since import; re-imported (%d extents)", name,

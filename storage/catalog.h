@@ -25,6 +25,15 @@ namespace blockread::storage {
 // copying it costs no atomic operation.
 using FileMapRef = std::shared_ptr<const FileMap>;
 
+// A client-supplied name as it may be echoed back in a message: at most kMaxEchoedNameBytes of
+// it, then how long it was, so a huge name does not come back whole.
+inline constexpr size_t kMaxEchoedNameBytes = 256;
+std::string EchoedName(absl::string_view name);
+
+// NOT_FOUND for a name the catalog does not serve (or, said the same way so as not to confirm
+// that it exists, one the caller may not see).
+absl::Status UnknownFileError(absl::string_view name);
+
 // Threading: the catalog is built by one thread (the Add*/Import* calls), then served from any
 // number of threads (the const accessors and Resolve()). Devices and the set of file names never
 // change after setup; only the maps of imported files are replaced, under a per-file lock, when
@@ -95,6 +104,8 @@ class Catalog {
   absl::StatusOr<FileMapRef> Reimport(absl::string_view name, FileEntry& entry,
                                       const FileIdentity& current);
   absl::Status AddEntry(std::string name, std::unique_ptr<FileEntry> entry);
+  // A re-import error as Resolve's callers (clients) may see it: same code, details logged.
+  static absl::Status InClientTerms(absl::string_view name, const absl::Status& status);
 
   std::vector<std::unique_ptr<Device>> devices_;
   absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;

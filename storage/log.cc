@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -15,6 +17,17 @@ void Log(LogLevel level, absl::string_view message) {
                    "blockread: ", message, "\n");
   // A failed or short write to stderr has nowhere better to be reported.
   [[maybe_unused]] ssize_t written = write(STDERR_FILENO, line.data(), line.size());
+}
+
+uint64_t LogIncident(LogLevel level, absl::string_view details) {
+  static std::atomic<uint64_t> last_incident{0};
+  const uint64_t incident = last_incident.fetch_add(1, std::memory_order_relaxed) + 1;
+  Log(level, absl::StrCat("incident ", incident, ": ", details));
+  return incident;
+}
+
+std::string IncidentNote(uint64_t incident) {
+  return absl::StrCat("incident ", incident, " in the server log");
 }
 
 }  // namespace blockread::storage

@@ -4,6 +4,9 @@
 #ifndef BLOCKREAD_STORAGE_LOG_H_
 #define BLOCKREAD_STORAGE_LOG_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace blockread::storage {
@@ -16,6 +19,13 @@ void Log(LogLevel level, absl::string_view message);
 inline void LogInfo(absl::string_view message) { Log(LogLevel::kInfo, message); }
 inline void LogWarning(absl::string_view message) { Log(LogLevel::kWarning, message); }
 inline void LogError(absl::string_view message) { Log(LogLevel::kError, message); }
+
+// Logs `details` under a new incident number and returns it. For errors whose details (device
+// paths, physical offsets, server paths) must not reach a client: the status names the incident
+// (IncidentNote) and the operator finds the details in the log. Thread-safe.
+uint64_t LogIncident(LogLevel level, absl::string_view details);
+// "incident N in the server log", for status messages.
+std::string IncidentNote(uint64_t incident);
 
 }  // namespace blockread::storage
 

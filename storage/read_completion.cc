@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "storage/log.h"
 #include "storage/posix_status.h"
 #include "storage/read_path.h"
 #include "storage/read_slot.h"
@@ -77,14 +78,18 @@ void EngineContext::Deliver(ReadSlot& slot, uint64_t now_ns) {
     result.length = slot.data_length;
     path.bytes.Add(slot.data_length);
   } else {
-    const Device& device = catalog_.device(slot.error_device);
-    const std::string where = absl::StrFormat("reading device %s (%s) at offset %u", device.name(),
-                                              device.path(), slot.error_physical_offset);
     // Device errors are DATA_LOSS whatever the errno: the bytes could not be had from the device
-    // (a media or transport error), and retrying elsewhere will not help; the message keeps the
-    // errno text.
-    result.status = absl::DataLossError(slot.short_read ? absl::StrCat("short read ", where)
-                                                        : PosixErrorMessage(slot.error, where));
+    // (a media or transport error), and retrying elsewhere will not help. The client learns the
+    // errno text; the device, its path and the physical offset go to the log only.
+    const Device& device = catalog_.device(slot.error_device);
+    // PosixErrorMessage(error, "") is ": <strerror text>".
+    const std::string cause =
+        slot.short_read ? std::string("short read") : PosixErrorMessage(slot.error, "").substr(2);
+    const uint64_t incident = LogIncident(
+        LogLevel::kError, absl::StrFormat("reading device %s (%s) at offset %u: %s", device.name(),
+                                          device.path(), slot.error_physical_offset, cause));
+    result.status = absl::DataLossError(
+        absl::StrFormat("device I/O error: %s (%s)", cause, IncidentNote(incident)));
     path.errors[static_cast<int>(result.status.code())].Add(1);
   }
   path.queue_ns.Record(result.queue_ns);

@@ -54,7 +54,8 @@ struct ReadHandle {
 };
 
 struct ReadResult {
-  // OK, or DATA_LOSS for a device I/O error (naming the device, the physical offset and errno).
+  // OK, or DATA_LOSS for a device I/O error: the errno text and an incident number; the device,
+  // its path and the physical offset are in the log under that incident (storage/log.h).
   absl::Status status;
   // The bytes read: [offset, min(offset + length, size)), inside the slot's registered buffer.
   // Valid until the callback returns, or, when it keeps the slot, until Release(handle).

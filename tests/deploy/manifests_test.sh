@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy/k8s: every manifest parses, `kubectl kustomize` renders both routes, the rendered objects
-# agree with each other (probes on the serving port, the ConfigMap the pod mounts, Guaranteed QoS
+# agree with each other (probes on the health_listen port, the ConfigMap the pod mounts, Guaranteed QoS
 # with whole CPUs, the device plugin's resource, no privileged on the default route), and the
 # ConfigMap's server config passes the server's own check.
 #
@@ -91,8 +91,12 @@ def check(route, path):
     assert ports["grpc"] == listen_port, f"containerPort grpc {ports['grpc']} != listen port {listen_port}"
     assert ports["metrics"] == int(textproto_field(config, "metrics_listen").rsplit(":", 1)[1]), \
         "containerPort metrics is not the metrics_listen port"
+    # The serving port is TLS: the probes (plaintext) go to health_listen's port.
+    assert textproto_field(config, "tls_cert"), "plaintext serving port"
+    health_port = int(textproto_field(config, "health_listen").rsplit(":", 1)[1])
+    assert ports["health"] == health_port, "containerPort health is not the health_listen port"
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert c[probe]["grpc"]["port"] == listen_port, f"{probe} is not on port {listen_port}"
+        assert c[probe]["grpc"]["port"] == health_port, f"{probe} is not on port {health_port}"
     # The headless Service selects these pods and reaches the named ports.
     assert svc["spec"]["clusterIP"] == "None", "the Service is not headless"
     labels = ds["spec"]["template"]["metadata"]["labels"]
@@ -134,7 +138,7 @@ names = [yaml.safe_load(args[i + 1])["name"] for i, a in enumerate(args) if a ==
 extended = [r for r in res["limits"] if "/" in r]
 assert extended == [f"{domain}/blockread-nvme"] and "blockread-nvme" in names, (extended, names)
 assert plugin_pod["nodeSelector"] == pod["nodeSelector"], "plugin and server select different nodes"
-print("ok: default route: probes on the listen port, Guaranteed QoS, not privileged, Localhost seccomp, "
+print("ok: default route: probes on the health_listen port, Guaranteed QoS, not privileged, Localhost seccomp, "
       f"{extended[0]} from the device plugin")
 
 ds, pod, c, res = check("privileged", tmp / "privileged.yaml")

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/exposure.h"
 #include "tests/support/loop_device.h"
 
 ABSL_DECLARE_FLAG(std::optional<std::string>, config);
@@ -174,7 +175,10 @@ TEST(ServerConfigTest, ErrorsNameTheProblem) {
 TEST(ServerConfigTest, CheckConfigReadsTheFileAsConfig) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/server.textproto";
-  std::ofstream(path) << "listen: \"0.0.0.0:7420\"\ndevice: \"nvme0=/dev/does-not-exist\"\n";
+  std::ofstream(path) << "listen: \"0.0.0.0:7420\"\ndevice: \"nvme0=/dev/does-not-exist\"\n"
+                         "tls_cert: \"/does-not-exist/cert.pem\"\n"
+                         "tls_key: \"/does-not-exist/key.pem\"\n"
+                         "auth: \"/does-not-exist/access.textproto\"\n";
   absl::SetFlag(&FLAGS_check_config, path);
   EXPECT_EQ(CheckConfigFile(), path);
   auto config = LoadServerConfig();
@@ -191,12 +195,53 @@ TEST(ServerConfigTest, CheckConfigReadsTheFileAsConfig) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen(), "0.0.0.0:7420");
   EXPECT_EQ(config->device(0), "nvme0=/dev/does-not-exist");  // not opened by the check
+  EXPECT_EQ(config->tls_cert(), "/does-not-exist/cert.pem");  // nor are the TLS files
+  EXPECT_EQ(config->auth(), "/does-not-exist/access.textproto");
   EXPECT_TRUE(same.ok()) << same.status();
   EXPECT_NE(different.status().message().find("name different files"), std::string::npos)
       << different.status();
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("--check-config: cannot read"), std::string::npos)
       << missing.status();
+}
+
+TEST(ServerConfigTest, LoopbackAddresses) {
+  for (const char* local :
+       {"127.0.0.1:7420", "127.9.8.7:0", "localhost:7420", "[::1]:7420", "ipv4:127.0.0.1:1",
+        "unix:/run/blockread.sock", "[::ffff:127.0.0.1]:7420"}) {
+    EXPECT_TRUE(IsLocalOnlyAddress(local)) << local;
+  }
+  for (const char* exposed : {"0.0.0.0:7420", "[::]:7420", ":7420", "10.1.2.3:7420",
+                              "storage-1.example:7420", "128.0.0.1:7420", "[::1:7420"}) {
+    EXPECT_FALSE(IsLocalOnlyAddress(exposed)) << exposed;
+  }
+}
+
+TEST(ServerConfigTest, PlaintextOffLoopbackNeedsTlsOrAllowInsecure) {
+  v1::ServerConfig config;
+  config.set_listen("0.0.0.0:7420");
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("--allow-insecure"),
+            std::string::npos);
+  config.set_tls_cert("/etc/blockread/tls/server.pem");
+  config.set_tls_key("/etc/blockread/tls/server.key");
+  // TLS alone is not enough: any client with a certificate could read everything.
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("without --auth"),
+            std::string::npos);
+  config.set_auth("/etc/blockread/access.textproto");
+  EXPECT_TRUE(FinalizeServerConfig(config).ok());  // opens nothing: --check-config works anywhere
+  config.set_metrics_listen("0.0.0.0:7421");
+  EXPECT_NE(FinalizeServerConfig(config).status().message().find("/metrics is plaintext"),
+            std::string::npos);
+  config.clear_tls_cert();
+  config.clear_tls_key();
+  config.clear_auth();
+  config.set_allow_insecure(true);
+  EXPECT_TRUE(FinalizeServerConfig(config).ok());
+  config.set_allow_insecure(false);
+  config.set_listen("127.0.0.1:7420");
+  config.set_metrics_listen("127.0.0.1:7421");
+  config.set_health_listen("0.0.0.0:7422");  // health only: allowed anywhere
+  EXPECT_TRUE(FinalizeServerConfig(config).ok());
 }
 
 TEST(ServerConfigTest, CpuLists) {

@@ -20,46 +20,9 @@
 namespace blockread::testing {
 namespace {
 
-struct Exit {
-  int status = -1;  // raw waitpid status
-  double seconds = 0;
-  std::string output;
-};
-
-// Runs `argv` with stdout and stderr to a file; kills it after `timeout_s`.
-Exit RunToExit(std::vector<std::string> argv, const std::string& output_path, int timeout_s) {
-  Exit result;
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    FILE* out = freopen(output_path.c_str(), "w", stdout);
-    if (out == nullptr || dup2(fileno(stdout), STDERR_FILENO) < 0) _exit(126);
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  for (;;) {
-    if (waitpid(pid, &result.status, WNOHANG) == pid) break;
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeout_s)) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &result.status, 0);
-      break;
-    }
-    usleep(20'000);
-  }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::ifstream in(output_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  result.output = text.str();
-  return result;
-}
-
 TEST(StartupFailureTest, IoUringBlockedBySeccompIsNamedWithItsFixAndExitsOne) {
   TempDir dir;
-  const Exit exit = RunToExit({DenyIoUringBinary(), ServerBinary(), "--listen=127.0.0.1:0",
+  const ProcessExit exit = RunToExit({DenyIoUringBinary(), ServerBinary(), "--listen=127.0.0.1:0",
                                "--metrics-listen=", "--io-engine=io_uring",
                                "--data-dir=" + dir.path() + "/data"},
                               dir.path() + "/out", 30);
@@ -141,7 +104,7 @@ TEST(StartupFailureTest, AutoFallsBackToPsyncWithOneLineAndServesTheSameBytes) {
   EXPECT_EQ(metrics->Value("blockread_device_backend_workers",
                            {{"device", device}, {"backend", "io_uring"}}),
             0);
-  const Exit cli = RunToExit({CliBinary(), "stats", "--target=" + (*psync)->target()},
+  const ProcessExit cli = RunToExit({CliBinary(), "stats", "--target=" + (*psync)->target()},
                              dir.path() + "/cli.out", 30);
   EXPECT_TRUE(WIFEXITED(cli.status) && WEXITSTATUS(cli.status) == 0) << cli.output;
   EXPECT_NE(cli.output.find("psync"), std::string::npos) << cli.output;
@@ -153,7 +116,7 @@ TEST(StartupFailureTest, AWorkerThatCannotBePinnedIsNamedAndExitsOne) {
   // The server checks --cpus against the affinity mask before starting; a worker pinned to a CPU
   // the mask lacks is refused up front, naming the CPU.
   TempDir dir;
-  const Exit exit =
+  const ProcessExit exit =
       RunToExit({"/usr/bin/taskset", "-c", "0", ServerBinary(), "--listen=127.0.0.1:0",
                  "--metrics-listen=", "--cpus=1", "--data-dir=" + dir.path() + "/data"},
                 dir.path() + "/out", 30);

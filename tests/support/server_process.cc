@@ -21,10 +21,9 @@ std::string ServerBinary() { return BLOCKREAD_SERVER_BINARY; }
 std::string CliBinary() { return BLOCKREAD_CLI_BINARY; }
 std::string DenyIoUringBinary() { return BLOCKREAD_DENY_IO_URING_BINARY; }
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
-                                                                    const std::string& log_path,
-                                                                    int timeout_s,
-                                                                    const std::vector<std::string>& runner) {
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    std::vector<std::string> args, const std::string& log_path, int timeout_s,
+    const std::vector<std::string>& runner, const client::ClientOptions& connection) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
   std::unique_ptr<ServerProcess> server(new ServerProcess());
@@ -36,6 +35,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       })) {
     args.push_back("--metrics_listen=127.0.0.1:0");
   }
+  const bool health_endpoint = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.starts_with("--health_listen=") || a.starts_with("--health-listen=");
+  });
   args.insert(args.begin(), runner.begin(), runner.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -63,6 +65,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   };
   const std::string line = read_line();
   const std::string metrics_line = read_line();
+  // "blockread-server: health (plaintext) on 127.0.0.1:PORT" with --health-listen.
+  const std::string health_line = health_endpoint ? read_line() : "";
   close(out[0]);
   const size_t colon = line.rfind(':');
   if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
@@ -74,7 +78,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     const size_t port_at = metrics_line.rfind(':') + 1;
     server->metrics_port_ = std::stoi(metrics_line.substr(port_at));
   }
-  auto client = client::BlockReadClient::Connect(server->target());
+  if (health_line.find("health (plaintext) on") != std::string::npos) {
+    server->health_port_ = std::stoi(health_line.substr(health_line.rfind(':') + 1));
+  }
+  auto client = client::BlockReadClient::Connect(server->target(), connection);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     auto health = client->Health();
@@ -82,6 +89,37 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return absl::DeadlineExceededError(absl::StrCat("server not SERVING; log:\n", server->Log()));
+}
+
+ProcessExit RunToExit(std::vector<std::string> argv, const std::string& output_path,
+                      int timeout_s) {
+  ProcessExit result;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = freopen(output_path.c_str(), "w", stdout);
+    if (out == nullptr || dup2(fileno(stdout), STDERR_FILENO) < 0) _exit(126);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  for (;;) {
+    if (waitpid(pid, &result.status, WNOHANG) == pid) break;
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeout_s)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &result.status, 0);
+      break;
+    }
+    usleep(20'000);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream in(output_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  result.output = text.str();
+  return result;
 }
 
 std::string ServerProcess::Log() const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/blockread_client.h"
 
 namespace blockread::testing {
 
@@ -16,15 +17,19 @@ class ServerProcess {
  public:
   // Starts the server binary with `args` plus --listen=127.0.0.1:0 (and
   // --metrics_listen=127.0.0.1:0 unless `args` set it) and waits until it prints its ports and
-  // answers health SERVING (at most `timeout_s`). stderr goes to `log_path`. `runner`, if given,
-  // is a program and its arguments that run the server (e.g. DenyIoUringBinary()).
+  // answers health SERVING (at most `timeout_s`), asked over `connection` (its credentials, for a
+  // TLS server). stderr goes to `log_path`. `runner`, if given, is a program and its arguments
+  // that run the server (e.g. DenyIoUringBinary()).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> args, const std::string& log_path, int timeout_s = 60,
-      const std::vector<std::string>& runner = {});
+      const std::vector<std::string>& runner = {},
+      const client::ClientOptions& connection = client::ClientOptions());
   ~ServerProcess();
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
+  // The --health-listen port; 0 when there is none.
+  int health_port() const { return health_port_; }
   // The /metrics port; 0 when metrics are off.
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
@@ -40,6 +45,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
   std::string log_path_;
 };
 
@@ -48,6 +54,17 @@ std::string ServerBinary();
 std::string CliBinary();
 // tests/support/deny_io_uring.cc: runs a program with io_uring_setup blocked by seccomp.
 std::string DenyIoUringBinary();
+
+// How a program run to its end went.
+struct ProcessExit {
+  int status = -1;  // raw waitpid status
+  double seconds = 0;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `argv` (argv[0] a path) with stdout and stderr to `output_path`; kills it after
+// `timeout_s`.
+ProcessExit RunToExit(std::vector<std::string> argv, const std::string& output_path, int timeout_s);
 
 }  // namespace blockread::testing
 

@@ -58,9 +58,10 @@ def _die_with_parent():
 
 
 class ServerProcess:
-    """A blockread-server on 127.0.0.1:<free port>, started with `args`, ready (SERVING)."""
+    """A blockread-server on 127.0.0.1:<free port>, started with `args`, ready (SERVING), asked
+    by a Client made with `client_kwargs` (ca=, cert=, key= for a TLS server)."""
 
-    def __init__(self, args, log_path):
+    def __init__(self, args, log_path, **client_kwargs):
         self.log_path = log_path
         argv = _die_with_parent() + [server_binary(), "--listen=127.0.0.1:0",
                                      "--metrics-listen="] + list(args)
@@ -75,7 +76,7 @@ class ServerProcess:
                                f"log:\n{self.log()}")
         self.target = line.rsplit(" ", 1)[1].strip()
         self.port = int(self.target.rsplit(":", 1)[1])
-        client = blockread.Client(self.target, timeout=2)
+        client = blockread.Client(self.target, timeout=2, **client_kwargs)
         deadline = time.monotonic() + 60
         while True:
             try:

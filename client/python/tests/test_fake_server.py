@@ -1,8 +1,7 @@
-"""What blockread-server cannot show yet, against a small gRPC server written here.
+"""Every status code and the client's side of TLS, against a small gRPC server written here.
 
-The real server has no TLS or tokens yet (issue "Security"), and DATA_LOSS, RESOURCE_EXHAUSTED,
-FAILED_PRECONDITION, PERMISSION_DENIED and UNAUTHENTICATED need faults or an access policy to
-appear. This server speaks the same generated BlockRead service (a real gRPC server, real TLS
+DATA_LOSS, RESOURCE_EXHAUSTED and FAILED_PRECONDITION need device faults to appear from the real
+server (test_security.py covers its TLS, tokens, PERMISSION_DENIED and UNAUTHENTICATED). This server speaks the same generated BlockRead service (a real gRPC server, real TLS
 handshakes over 127.0.0.1) and answers each status code on demand, so the client's side is
 tested now: the mapping of every code to its exception, `authorization: Bearer` metadata on
 every call, TLS with a CA, mTLS with a client certificate, and the target name override.
