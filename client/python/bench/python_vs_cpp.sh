@@ -26,19 +26,9 @@ python=/usr/bin/python3
 bench=client/python/bench/read_many_bench.py
 
 work=$(mktemp -d "$parent/blockread-pybench-XXXXXX")
-server_pid=
-cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-taskset -c "$server_cpu" "$build/server/blockread-server" --cpus="$server_cpu" \
-  --listen=127.0.0.1:0 --metrics-listen= --data-dir="$work/data" >"$work/out" 2>"$work/log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q 'listening on' "$work/out" 2>/dev/null && break; sleep 0.1; done
-target=$(awk '/listening on/ {print $NF; exit}' "$work/out")
-[ -n "$target" ] || { echo "server did not start:"; cat "$work/log"; exit 1; }
+# shellcheck source=tests/bench/bench_server.sh
+. "$(dirname "$0")/../../../tests/bench/bench_server.sh"
+start_bench_server "$build" "$work" "$server_cpu"
 echo "server $target on CPU $server_cpu (demo device under $parent), clients on CPU $client_cpu," \
   "file 'large' (16 MiB) random reads, ${runtime}s per run, $rounds rounds"
 "$python" - "$build" "$target" "$runtime" "$rounds" "$sizes" "$settings" "$client_cpu" "$bench" <<'PY'
