@@ -52,9 +52,8 @@ absl::StatusOr<std::unique_ptr<EngineContext>> EngineContext::Create(Catalog& ca
 }
 
 absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
-  absl::StatusOr<IoEngine> engine = config_.io_engine == IoEngine::kAuto
-                                        ? ResolveIoEngine(config_.io_engine)
-                                        : config_.io_engine;
+  absl::StatusOr<IoEngine> engine =
+      config_.io_engine == IoEngine::kAuto ? ResolveIoEngine(config_.io_engine) : config_.io_engine;
   if (!engine.ok()) return engine.status();
   RaiseMemlockLimit();
   uint32_t max_block = 512;

@@ -83,8 +83,8 @@ TEST(LoadOptionsTest, DerivedSettings) {
             derive({"--mode=stream", "--qd=32", "--bs=128k"}).batch);
 
   // Explicit flags win; the rest still fits them.
-  LoadSettings given = derive({"--mode=stream", "--qd=32", "--streams=2", "--batch=16",
-                               "--channels=1", "--threads=2"});
+  LoadSettings given = derive(
+      {"--mode=stream", "--qd=32", "--streams=2", "--batch=16", "--channels=1", "--threads=2"});
   EXPECT_EQ(given.threads, 2);
   EXPECT_EQ(given.streams, 2);
   EXPECT_EQ(given.batch, 16);

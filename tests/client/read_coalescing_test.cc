@@ -92,9 +92,9 @@ TEST_F(ReadCoalescingTest, ErrorsArePerRead) {
     std::string file;
     uint64_t offset, length;
   };
-  const std::vector<Case> cases = {{"random-4m", 4096, 4096}, {"nope", 0, 4096},
+  const std::vector<Case> cases = {{"random-4m", 4096, 4096},  {"nope", 0, 4096},
                                    {"hello.txt", 1 << 20, 10}, {"large", 0, (1 << 20) + 1},
-                                   {"hello.txt", 0, 0},       {"random-4m", (4 << 20) - 100, 4096},
+                                   {"hello.txt", 0, 0},        {"random-4m", (4 << 20) - 100, 4096},
                                    {"fragmented", 1000, 70000}};
   std::vector<absl::StatusOr<v1::ReadBlockResponse>> reference;
   for (const Case& c : cases) reference.push_back(direct->Read(c.file, c.offset, c.length));

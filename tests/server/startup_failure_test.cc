@@ -22,10 +22,10 @@ namespace {
 
 TEST(StartupFailureTest, IoUringBlockedBySeccompIsNamedWithItsFixAndExitsOne) {
   TempDir dir;
-  const ProcessExit exit = RunToExit({DenyIoUringBinary(), ServerBinary(), "--listen=127.0.0.1:0",
-                               "--metrics-listen=", "--io-engine=io_uring",
-                               "--data-dir=" + dir.path() + "/data"},
-                              dir.path() + "/out", 30);
+  const ProcessExit exit =
+      RunToExit({DenyIoUringBinary(), ServerBinary(), "--listen=127.0.0.1:0",
+                 "--metrics-listen=", "--io-engine=io_uring", "--data-dir=" + dir.path() + "/data"},
+                dir.path() + "/out", 30);
   ASSERT_TRUE(WIFEXITED(exit.status)) << "ended by a signal, status " << exit.status << ":\n"
                                       << exit.output;
   EXPECT_EQ(WEXITSTATUS(exit.status), 1) << exit.output;
@@ -75,9 +75,13 @@ TEST(StartupFailureTest, AutoFallsBackToPsyncWithOneLineAndServesTheSameBytes) {
   uint64_t compared = 0;
   for (const v1::FileInfo& f : *files) {
     // Simple-path 4 KiB reads and generic ones (unaligned, large, across EOF).
-    for (auto [offset, length] : std::vector<std::pair<uint64_t, uint64_t>>{
-             {0, 4096}, {8192, 4096}, {1, 4095}, {777, 300000}, {0, 1 << 20},
-             {f.size() > 100 ? f.size() - 100 : 0, 4096}}) {
+    for (auto [offset, length] :
+         std::vector<std::pair<uint64_t, uint64_t>>{{0, 4096},
+                                                    {8192, 4096},
+                                                    {1, 4095},
+                                                    {777, 300000},
+                                                    {0, 1 << 20},
+                                                    {f.size() > 100 ? f.size() - 100 : 0, 4096}}) {
       if (offset > f.size()) continue;
       auto want = from_uring->Read(f.name(), offset, length);
       auto got = from_psync->Read(f.name(), offset, length);
@@ -105,7 +109,7 @@ TEST(StartupFailureTest, AutoFallsBackToPsyncWithOneLineAndServesTheSameBytes) {
                            {{"device", device}, {"backend", "io_uring"}}),
             0);
   const ProcessExit cli = RunToExit({CliBinary(), "stats", "--target=" + (*psync)->target()},
-                             dir.path() + "/cli.out", 30);
+                                    dir.path() + "/cli.out", 30);
   EXPECT_TRUE(WIFEXITED(cli.status) && WEXITSTATUS(cli.status) == 0) << cli.output;
   EXPECT_NE(cli.output.find("psync"), std::string::npos) << cli.output;
   EXPECT_EQ((*psync)->Stop(), 0);
