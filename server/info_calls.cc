@@ -94,8 +94,9 @@ grpc::Status GetStats(Worker& worker, const Identity& caller, const v1::GetStats
   return grpc::Status::OK;
 }
 
-std::string DescribeDecision(const storage::FileMap& map, const storage::PathDecision& decision,
-                             uint64_t offset, uint64_t length, uint64_t simple_max_bytes) {
+std::string DescribeDecision(const storage::FileMap& map, uint64_t size,
+                             const storage::PathDecision& decision, uint64_t offset,
+                             uint64_t length, uint64_t simple_max_bytes) {
   using storage::FallbackReason;
   if (decision.path == storage::ReadPathKind::kSimple) {
     return absl::StrFormat(
@@ -114,8 +115,7 @@ std::string DescribeDecision(const storage::FileMap& map, const storage::PathDec
           "generic: offset %u or length %u is not a multiple of the block size %u", offset, length,
           map.block_size());
     case FallbackReason::kBeyondEof:
-      return absl::StrFormat("generic: the read runs past the end of the file (%u bytes)",
-                             map.size());
+      return absl::StrFormat("generic: the read runs past the end of the file (%u bytes)", size);
     case FallbackReason::kNotMapped:
       return "generic: the range is a hole or unwritten extent (read as zeros)";
     case FallbackReason::kSpansExtents:
@@ -135,16 +135,17 @@ grpc::Status Explain(Worker& worker, const Identity&, const v1::ExplainRequest& 
   auto map = catalog.Resolve(request.file());
   if (!map.ok()) return ToGrpcStatus(map.status());
   const storage::FileMap& file = **map;
-  auto decision =
-      storage::DecideReadPath(file, request.offset(), request.length(), config.simple_max_bytes);
+  const uint64_t size = file.SizeNow();
+  auto decision = storage::DecideReadPath(file, size, request.offset(), request.length(),
+                                          config.simple_max_bytes);
   if (!decision.ok()) return ToGrpcStatus(decision.status());
   *response->mutable_file() = DescribeFile(catalog, file);
   response->set_path(ToProto(decision->path));
   response->set_fallback(ToProto(decision->path, decision->fallback));
-  response->set_reason(DescribeDecision(file, *decision, request.offset(), request.length(),
+  response->set_reason(DescribeDecision(file, size, *decision, request.offset(), request.length(),
                                         config.simple_max_bytes));
-  const uint64_t end = std::min(request.offset() + request.length(),
-                                storage::RoundUp(file.size(), file.block_size()));
+  const uint64_t end =
+      std::min(request.offset() + request.length(), storage::RoundUp(size, file.block_size()));
   for (uint64_t pos = request.offset();
        pos < end && response->extents_size() < kMaxExplainedExtents;) {
     const storage::Extent e = file.Lookup(pos);
@@ -166,10 +167,11 @@ grpc::Status Explain(Worker& worker, const Identity&, const v1::ExplainRequest& 
 v1::FileInfo DescribeFile(const storage::Catalog& catalog, const storage::FileMap& map) {
   v1::FileInfo info;
   info.set_name(map.name());
-  info.set_size(map.size());
+  info.set_size(map.SizeNow());
   info.set_block_size(map.block_size());
   info.set_extent_count(map.extents().size());
   info.set_source(ToProto(map.source()));
+  info.set_route_note(catalog.RouteNote(map.name()));
   std::set<storage::DeviceId> devices;
   for (const storage::Extent& e : map.extents()) {
     if (e.device != storage::kNoDevice) devices.insert(e.device);

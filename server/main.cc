@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "storage/catalog.h"
 #include "storage/log.h"
 
 namespace {
@@ -34,6 +35,8 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
 }  // namespace
 
 int main(int raw_argc, char** raw_argv) {
+  // Before any thread starts: the catalog's lease-break signals must reach no other thread.
+  blockread::storage::BlockLeaseSignals();
   std::vector<std::string> normalized = NormalizeFlagNames(raw_argc, raw_argv);
   std::vector<char*> args;
   for (std::string& arg : normalized) args.push_back(arg.data());

@@ -1,11 +1,19 @@
 #include "storage/catalog.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
-#include <mutex>
+#include <future>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -14,13 +22,6 @@
 #include "storage/posix_status.h"
 
 namespace blockread::storage {
-namespace {
-
-// A FileMapRef that points at a map owned elsewhere and carries no control block, so copies of it
-// do no atomic reference counting.
-FileMapRef Unowned(const FileMap* map) { return FileMapRef(std::shared_ptr<void>(), map); }
-
-}  // namespace
 
 std::string EchoedName(absl::string_view name) {
   if (name.size() <= kMaxEchoedNameBytes) return std::string(name);
@@ -31,14 +32,250 @@ absl::Status UnknownFileError(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown file '", EchoedName(name), "'"));
 }
 
-absl::Status Catalog::InClientTerms(absl::string_view name, const absl::Status& status) {
-  // Import errors name server paths and devices: those go to the log; the client gets the code,
-  // the file's name and the incident to quote.
-  const uint64_t incident =
-      LogIncident(LogLevel::kWarning, absl::StrCat("file ", name, ": ", status.message()));
-  return absl::Status(status.code(),
-                      absl::StrFormat("file %s changed and cannot be served now (%s)", name,
-                                      IncidentNote(incident)));
+int LeaseBreakSignal() { return SIGRTMIN + 4; }
+
+void BlockLeaseSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, LeaseBreakSignal());
+  sigaddset(&signals, SIGIO);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+namespace {
+
+using InodeKey = std::pair<dev_t, ino_t>;
+
+InodeKey InodeOf(const struct stat& st) { return {st.st_dev, st.st_ino}; }
+
+// Why a read lease could not be taken, as the log and StatFile say it.
+std::string LeaseRefusal(int error) {
+  switch (error) {
+    case EAGAIN:
+      return "it is open for writing (no read lease while a writer has it open)";
+    case EACCES:
+    case EPERM:
+      return "the server may not take a lease on it (it needs CAP_LEASE or to own the file)";
+    case EINVAL:
+      return "its filesystem does not support leases";
+    default:
+      return absl::StrCat("no read lease: ", PosixErrorMessage(error, "").substr(2));
+  }
+}
+
+constexpr uint32_t kDirectoryEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
+                                      IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF |
+                                      IN_MOVE_SELF | IN_ONLYDIR;
+constexpr uint32_t kNameEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM;
+constexpr uint32_t kContentEvents = IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB;
+
+}  // namespace
+
+struct Catalog::FileEntry {
+  std::string name;
+  // What the name serves: the read path loads it with acquire; only Publish() stores it.
+  std::atomic<const FileVersion*> current{nullptr};
+  std::unique_ptr<const FileVersion> owned;  // replaced under versions_mu_
+
+  // Imported files only; the watcher's (guarded by watch_mu_).
+  BeneathPath source;
+  // The file's own device (file route), opened at import. Its descriptor is the file the name
+  // serves: the lease is taken on it, and holding it keeps the file's blocks from going to
+  // another file while reads may still use them. When the name is replaced the descriptor is
+  // re-pointed (dup3) at the new file, so the device stays valid in every engine.
+  DeviceId file_device = kNoDevice;
+  int inode_fd = -1;     // that device's descriptor
+  bool present = false;  // the name names a regular file (else inode_fd holds /dev/null)
+  InodeKey inode{};
+  bool leased = false;
+  // A lease was refused because of a writer, or broken by one: try again when it closes.
+  bool retry_lease = false;
+};
+
+// The watcher thread: owns the signalfd the lease-break signal arrives on and the inotify
+// descriptor of the served directories; runs the catalog's handlers under watch_mu_.
+class Catalog::Watcher {
+ public:
+  explicit Watcher(Catalog& catalog) : catalog_(catalog) {}
+
+  absl::Status Start() {
+    inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_fd_ < 0) return PosixError(errno, "inotify_init1 (watching served files)");
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return PosixError(errno, "eventfd");
+    std::promise<absl::Status> started;
+    std::future<absl::Status> result = started.get_future();
+    thread_ = std::thread([this, &started] { Run(started); });
+    return result.get();
+  }
+
+  ~Watcher() {
+    if (thread_.joinable()) {
+      stop_.store(true);
+      Wake();
+      thread_.join();
+    }
+    for (int fd : {signal_fd_, inotify_fd_, wake_fd_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  pid_t tid() const { return tid_; }
+  int inotify_fd() const { return inotify_fd_; }
+
+  void WaitUntilCurrent() {
+    std::unique_lock lock(mu_);
+    const uint64_t ticket = ++requested_;
+    Wake();
+    handled_cv_.wait(lock, [&] { return handled_ >= ticket; });
+  }
+
+ private:
+  void Wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  }
+
+  void Run(std::promise<absl::Status>& started) {
+    // The lease signal is aimed at this thread only (F_SETOWN_EX); a plain SIGIO replaces it
+    // when the kernel's signal queue overflows. Both are read from the signalfd.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, LeaseBreakSignal());
+    sigaddset(&signals, SIGIO);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal_fd_ = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
+    tid_ = gettid();
+    if (signal_fd_ < 0) {
+      started.set_value(PosixError(errno, "signalfd (lease breaks of served files)"));
+      return;
+    }
+    started.set_value(absl::OkStatus());
+
+    while (!stop_.load()) {
+      bool retry_pending;
+      {
+        std::lock_guard lock(catalog_.watch_mu_);
+        retry_pending = std::any_of(
+            catalog_.by_display_path_.begin(), catalog_.by_display_path_.end(),
+            [](const auto& item) { return item.second->retry_lease && !item.second->leased; });
+      }
+      pollfd fds[3] = {{signal_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      const int ready = poll(fds, 3, retry_pending ? 1000 : -1);
+      if (ready < 0 && errno != EINTR) {
+        LogError(PosixErrorMessage(errno, "file watcher: poll"));
+        return;
+      }
+      uint64_t ticket;
+      {
+        uint64_t ignored;
+        while (read(wake_fd_, &ignored, sizeof(ignored)) > 0) {
+        }
+        std::lock_guard lock(mu_);
+        ticket = requested_;
+      }
+      {
+        std::lock_guard lock(catalog_.watch_mu_);
+        HandleSignals();
+        HandleNameEvents();
+        if (ready == 0) catalog_.RetryLeases();
+      }
+      {
+        std::lock_guard lock(mu_);
+        handled_ = ticket;
+      }
+      handled_cv_.notify_all();
+    }
+  }
+
+  void HandleSignals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    signalfd_siginfo info;
+    bool overflow = false;
+    std::vector<FileEntry*> broken;
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      if (static_cast<int>(info.ssi_signo) != LeaseBreakSignal()) {
+        overflow = true;  // SIGIO: the signal queue overflowed; breaks may have been lost
+        continue;
+      }
+      auto it = catalog_.by_lease_fd_.find(static_cast<int>(info.ssi_fd));
+      if (it != catalog_.by_lease_fd_.end()) broken.push_back(it->second);
+    }
+    for (FileEntry* entry : broken) catalog_.OnLeaseBreak(*entry);
+    if (overflow) {
+      LogWarning("file watcher: lease signals overflowed; checking every lease");
+      for (const auto& [path, entry] : catalog_.by_display_path_) {
+        if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) {
+          catalog_.OnLeaseBreak(*entry);
+        }
+      }
+    }
+  }
+
+  void HandleNameEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    alignas(inotify_event) char buffer[64 * 1024];
+    std::vector<FileEntry*> renamed;
+    std::vector<FileEntry*> changed;
+    bool rescan = false;
+    for (;;) {
+      const ssize_t n = read(inotify_fd_, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      for (ssize_t at = 0; at < n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+        if (event->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+          rescan = true;  // events lost, or a served directory went away: check every name
+          continue;
+        }
+        if (event->len == 0) continue;
+        auto directory = catalog_.watched_directories_.find(event->wd);
+        if (directory == catalog_.watched_directories_.end()) continue;
+        auto entry =
+            catalog_.by_display_path_.find(absl::StrCat(directory->second, "/", event->name));
+        if (entry == catalog_.by_display_path_.end()) continue;
+        if (event->mask & kNameEvents) renamed.push_back(entry->second);
+        if (event->mask & kContentEvents) changed.push_back(entry->second);
+      }
+    }
+    if (rescan) {
+      LogWarning("file watcher: events lost or a served directory moved; re-checking every file");
+      catalog_.Rescan();
+      return;
+    }
+    for (auto* list : {&renamed, &changed}) {
+      std::sort(list->begin(), list->end());
+      list->erase(std::unique(list->begin(), list->end()), list->end());
+    }
+    for (FileEntry* entry : renamed) catalog_.Rebind(*entry);
+    for (FileEntry* entry : changed) {
+      if (std::binary_search(renamed.begin(), renamed.end(), entry)) continue;
+      // Not leased: the writer may be done (take the lease and map it again), or still at work
+      // (the file route's size is brought up to date). Leased: nothing should have changed it;
+      // map it again under the lease all the same.
+      if (entry->leased) {
+        catalog_.Publish(*entry, catalog_.VersionOf(*entry, "", /*may_add_devices=*/false));
+      } else {
+        catalog_.TakeLease(*entry);
+      }
+    }
+  }
+
+  Catalog& catalog_;
+  int signal_fd_ = -1;
+  int inotify_fd_ = -1;
+  int wake_fd_ = -1;
+  pid_t tid_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable handled_cv_;
+  uint64_t requested_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t handled_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+Catalog::Catalog() = default;
+
+Catalog::~Catalog() {
+  watcher_.reset();  // no handler runs after this; the devices close their descriptors
 }
 
 absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
@@ -68,15 +305,11 @@ absl::Status Catalog::AddEntry(std::string name, std::unique_ptr<FileEntry> entr
 
 absl::Status Catalog::AddStaticFile(FileMap map) {
   auto entry = std::make_unique<FileEntry>();
-  std::string name = map.name();
-  // The entry owns the map through a normal shared_ptr kept in imported_map's place would cost a
-  // refcount per Resolve; instead keep ownership here and hand out unowned references.
-  auto owned = std::make_shared<const FileMap>(std::move(map));
-  entry->static_map = Unowned(owned.get());
-  {
-    std::unique_lock lock(entry->mu);
-    entry->imported_map = std::move(owned);  // keeps the map alive for the catalog's lifetime
-  }
+  entry->name = map.name();
+  auto version = std::make_unique<FileVersion>();
+  version->map = std::make_shared<const FileMap>(std::move(map));
+  Publish(*entry, std::move(version));
+  std::string name = entry->name;
   return AddEntry(std::move(name), std::move(entry));
 }
 
@@ -95,94 +328,218 @@ absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
   return AddStaticFile(*std::move(map));
 }
 
-absl::StatusOr<FileMap> Catalog::BuildImportedMap(const std::string& name,
-                                                  const BeneathPath& source, bool may_add_devices,
-                                                  FileIdentity* identity) {
-  const std::string path = source.display();
-  auto mapped = MapFileExtents(source);
-  if (!mapped.ok()) return mapped.status();
-  *identity = mapped->identity;
-  const uint64_t size = mapped->identity.size;
-
-  if (!mapped->file_route_reason.empty()) {
-    DeviceId id;
-    const std::pair<dev_t, ino_t> inode{identity->filesystem_device, identity->inode};
-    if (auto it = file_route_devices_.find(inode); it != file_route_devices_.end()) {
-      id = it->second;
-    } else if (may_add_devices) {
-      auto fd = OpenBeneath(source, O_RDONLY | O_DIRECT);
-      if (!fd.ok()) return fd.status();
-      Device::Options options;
-      options.file_route = true;
-      options.adopt_fd = *fd;
-      auto device = Device::Open(absl::StrCat("file:", name), path, options);
-      if (!device.ok()) return device.status();
-      struct stat st;
-      if (fstat((*device)->fd(), &st) != 0 || st.st_dev != inode.first ||
-          st.st_ino != inode.second) {
-        return absl::UnavailableError(absl::StrFormat(
-            "file %s (%s) was replaced while it was imported; try again", name, path));
-      }
-      auto added = AddDevice(*std::move(device));
-      if (!added.ok()) return added.status();
-      id = *added;
-      file_route_devices_[inode] = id;
-      LogInfo(absl::StrFormat("file %s (%s) is served through the file itself: %s", name, path,
-                              mapped->file_route_reason));
-    } else {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "file %s (%s) changed since import and can no longer be read from the device (%s); "
-          "restart the server to serve it through the file",
-          name, path, mapped->file_route_reason));
-    }
-    const uint32_t block_size = devices_[id]->logical_block_size();
-    std::vector<Extent> extents;
-    if (size > 0) {
-      extents.push_back(Extent{0, RoundUp(size, block_size), ExtentType::kMapped, id, 0});
-    }
-    return FileMap::Create(name, size, block_size, FileSource::kFileRoute, std::move(extents));
-  }
-
-  std::optional<DeviceId> disk;
+absl::StatusOr<DeviceId> Catalog::DiskFor(const FiemapResult& mapped, bool may_add_devices) {
   for (DeviceId id = 0; id < devices_.size(); ++id) {
     if (devices_[id]->kind() == DeviceKind::kBlockDevice &&
-        devices_[id]->device_number() == mapped->disk_device) {
-      disk = id;
-      break;
+        devices_[id]->device_number() == mapped.disk_device) {
+      return id;
     }
   }
-  if (!disk && may_add_devices) {
-    const std::string disk_name = std::filesystem::path(mapped->disk_path).filename();
-    auto device = Device::Open(disk_name, mapped->disk_path);
-    if (!device.ok()) return device.status();
-    auto added = AddDevice(*std::move(device));
-    if (!added.ok()) return added.status();
-    disk = *added;
+  if (!may_add_devices) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it now lives on ", mapped.disk_path, ", which the server did not open at startup"));
   }
-  if (!disk) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "file %s (%s) changed since import and now lives on %s, which the server did not open at "
-        "startup; restart the server to serve it",
-        name, path, mapped->disk_path));
-  }
-  const Device& device = *devices_[*disk];
-  const uint32_t block_size = device.logical_block_size();
-  const uint64_t rounded_size = RoundUp(size, block_size);
-  std::vector<Extent> extents;
-  extents.reserve(mapped->extents.size());
-  for (const DeviceExtent& e : mapped->extents) {
-    if (e.logical_offset >= rounded_size) break;
-    Extent extent{e.logical_offset, std::min(e.length, rounded_size - e.logical_offset),
-                  e.unwritten ? ExtentType::kUnwritten : ExtentType::kMapped, *disk,
-                  e.physical_offset};
-    if (std::string problem = ExtentProblem(extent, device.size(), block_size); !problem.empty()) {
-      return absl::InternalError(absl::StrFormat(
-          "file %s (%s): FIEMAP extent at file offset %u cannot be served from %s: %s", name, path,
-          e.logical_offset, device.path(), problem));
+  const std::string disk_name = std::filesystem::path(mapped.disk_path).filename();
+  auto device = Device::Open(disk_name, mapped.disk_path);
+  if (!device.ok()) return device.status();
+  return AddDevice(*std::move(device));
+}
+
+std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why,
+                                                      bool may_add_devices) {
+  auto version = std::make_unique<FileVersion>();
+  const std::string path = entry.source.display();
+  std::string reason = why;
+  if (entry.leased) {
+    // Exact: with the lease held no writer can open the file until it is released.
+    auto mapped = MapOpenFile(entry.inode_fd, path);
+    absl::StatusOr<DeviceId> disk = absl::UnknownError("");
+    if (!mapped.ok()) {
+      const uint64_t incident = LogIncident(
+          LogLevel::kWarning, absl::StrCat("file ", entry.name, ": ", mapped.status().message()));
+      reason = absl::StrCat("its extents could not be mapped (", IncidentNote(incident), ")");
+    } else if (!mapped->file_route_reason.empty()) {
+      reason = mapped->file_route_reason;
+    } else if (disk = DiskFor(*mapped, may_add_devices); !disk.ok()) {
+      reason = std::string(disk.status().message());
+    } else {
+      const Device& device = *devices_[*disk];
+      const uint32_t block_size = device.logical_block_size();
+      const uint64_t size = mapped->identity.size;
+      const uint64_t rounded_size = RoundUp(size, block_size);
+      std::vector<Extent> extents;
+      extents.reserve(mapped->extents.size());
+      for (const DeviceExtent& e : mapped->extents) {
+        if (e.logical_offset >= rounded_size) break;
+        Extent extent{e.logical_offset, std::min(e.length, rounded_size - e.logical_offset),
+                      e.unwritten ? ExtentType::kUnwritten : ExtentType::kMapped, *disk,
+                      e.physical_offset};
+        if (std::string problem = ExtentProblem(extent, device.size(), block_size);
+            !problem.empty()) {
+          reason = absl::StrFormat("FIEMAP extent at file offset %u cannot be served from %s: %s",
+                                   e.logical_offset, device.path(), problem);
+          break;
+        }
+        extents.push_back(extent);
+      }
+      if (reason == why) {
+        auto map =
+            FileMap::Create(entry.name, size, block_size, FileSource::kFiemap, std::move(extents));
+        if (map.ok()) {
+          version->map = std::make_shared<const FileMap>(*std::move(map));
+          return version;
+        }
+        reason = std::string(map.status().message());
+      }
     }
-    extents.push_back(extent);
   }
-  return FileMap::Create(name, size, block_size, FileSource::kFiemap, std::move(extents));
+  // The file route: the file's own device reads whatever the name names now. Its size follows
+  // the file at each read: a writer may be extending or truncating it right now.
+  const Device& device = *devices_[entry.file_device];
+  version->map = std::make_shared<const FileMap>(FileMap::FollowingFile(
+      entry.name, device.logical_block_size(), entry.file_device, device.fd()));
+  version->route_note = reason;
+  return version;
+}
+
+void Catalog::Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version) {
+  std::unique_ptr<const FileVersion> old;
+  {
+    std::lock_guard lock(versions_mu_);
+    old = std::move(entry.owned);
+    entry.owned = std::move(version);
+    entry.current.store(entry.owned.get(), std::memory_order_release);
+  }
+  // Reads that loaded the old version may still be using its map (or, for a replaced or removed
+  // name, its inode): only once they have finished may a writer in, an inode close or the map go.
+  if (old) epochs_.WaitForEarlierReads();
+}
+
+void Catalog::TakeLease(FileEntry& entry) {
+  if (!entry.present) return;  // nothing to lease: Rebind serves the name again when it returns
+  std::string refusal;
+  int lease_error = 0;
+  if (!entry.leased) {
+    if (fcntl(entry.inode_fd, F_SETLEASE, F_RDLCK) == 0) {
+      entry.leased = true;
+      // Taking a lease makes the whole process the descriptor's signal owner again: aim the
+      // break signal back at the watcher thread. (In between, it would be process-directed:
+      // BlockLeaseSignals keeps other threads from taking it.)
+      AimSignalsAtWatcher(entry.inode_fd);
+    } else {
+      lease_error = errno;
+      refusal = LeaseRefusal(lease_error);
+    }
+  }
+  // The lease first, then the map under it: mapping first would let a writer in unseen.
+  entry.retry_lease = lease_error == EAGAIN;
+  const bool first = entry.owned == nullptr;
+  Publish(entry, VersionOf(entry, refusal, /*may_add_devices=*/first));
+  const FileVersion& now = *entry.owned;
+  if (entry.leased && (!now.map || now.map->source() != FileSource::kFiemap)) {
+    // Read through the file for a reason the lease does not change (btrfs, inline data):
+    // release it so writers do not wait on it for nothing.
+    fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+    entry.leased = false;
+  }
+  if (first && !now.route_note.empty()) {
+    LogInfo(absl::StrFormat("file %s (%s) is read through the file itself: %s", entry.name,
+                            entry.source.display(), now.route_note));
+  }
+}
+
+void Catalog::OnLeaseBreak(FileEntry& entry) {
+  if (!entry.leased) return;  // an old signal: already handled
+  entry.leased = false;
+  // New reads go through the file (exact); once raw-device reads of the old map are done, the
+  // writer may proceed.
+  Publish(entry, VersionOf(entry, "it is being written (the lease was broken by a writer)",
+                           /*may_add_devices=*/false));
+  fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+  entry.retry_lease = true;
+}
+
+void Catalog::Rebind(FileEntry& entry) {
+  auto opened = OpenBeneath(entry.source, O_RDONLY | O_DIRECT);
+  absl::Status problem;
+  struct stat st;
+  if (!opened.ok()) {
+    problem = absl::IsNotFound(opened.status())
+                  ? absl::NotFoundError(absl::StrFormat("file %s was removed since it was imported",
+                                                        EchoedName(entry.name)))
+                  : absl::FailedPreconditionError(absl::StrFormat(
+                        "file %s was replaced by something the server does not serve (a symbolic "
+                        "link, a FIFO or a device)",
+                        EchoedName(entry.name)));
+  } else if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(*opened);
+    problem = absl::FailedPreconditionError(absl::StrFormat(
+        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+  } else if (entry.present && InodeOf(st) == entry.inode) {
+    close(*opened);
+    return;  // the name still serves the same file
+  }
+  // The old file stays open (and leased: the lease belongs to the open file, which this
+  // duplicate shares) until reads that may use it have finished, so its blocks go to no other
+  // file meanwhile and its writers wait.
+  const int old_file = fcntl(entry.inode_fd, F_DUPFD_CLOEXEC, 0);
+  entry.leased = false;
+  entry.retry_lease = false;
+  if (problem.ok()) {
+    dup3(*opened, entry.inode_fd, O_CLOEXEC);  // new reads of the file route read the new file
+    close(*opened);
+    entry.inode = InodeOf(st);
+    entry.present = true;
+    AimSignalsAtWatcher(entry.inode_fd);  // per open file: the new one needs it too
+    TakeLease(entry);  // publishes the new file's version, waits for reads of the old one
+    LogInfo(absl::StrFormat("file %s: %s names another file now; serving that", entry.name,
+                            entry.source.display()));
+  } else {
+    auto version = std::make_unique<FileVersion>();
+    version->unavailable = problem;
+    Publish(entry, std::move(version));  // waits for reads of the old file
+    const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (placeholder >= 0) {
+      dup3(placeholder, entry.inode_fd, O_CLOEXEC);
+      close(placeholder);
+    }
+    entry.present = false;
+    entry.inode = {};
+    LogInfo(absl::StrCat("file ", entry.name, ": ", problem.message()));
+  }
+  if (old_file >= 0) close(old_file);
+}
+
+void Catalog::Rescan() {
+  for (const auto& [path, entry] : by_display_path_) {
+    Rebind(*entry);
+    if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) OnLeaseBreak(*entry);
+  }
+}
+
+void Catalog::RetryLeases() {
+  for (const auto& [path, entry] : by_display_path_) {
+    if (entry->retry_lease && !entry->leased && entry->present) TakeLease(*entry);
+  }
+}
+
+void Catalog::AimSignalsAtWatcher(int fd) {
+  f_owner_ex owner = {F_OWNER_TID, watcher_->tid()};
+  fcntl(fd, F_SETSIG, LeaseBreakSignal());
+  fcntl(fd, F_SETOWN_EX, &owner);
+}
+
+absl::Status Catalog::Watch(FileEntry& entry) {
+  const int fd = entry.inode_fd;
+  AimSignalsAtWatcher(fd);
+  by_lease_fd_[fd] = &entry;
+  const std::string display = entry.source.display();
+  const std::string directory = display.substr(0, display.rfind('/'));
+  const int wd = inotify_add_watch(watcher_->inotify_fd(), directory.c_str(), kDirectoryEvents);
+  if (wd < 0) return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
+  watched_directories_[wd] = directory;
+  by_display_path_[display] = &entry;
+  return absl::OkStatus();
 }
 
 absl::Status Catalog::ImportFile(std::string name, std::string path) {
@@ -195,15 +552,52 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source) {
   if (files_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("file name '", name, "' is used twice"));
   }
+  if (!watcher_) {
+    BlockLeaseSignals();  // in this thread and the threads it starts from now on
+    auto watcher = std::make_unique<Watcher>(*this);
+    if (absl::Status started = watcher->Start(); !started.ok()) return started;
+    watcher_ = std::move(watcher);
+  }
+  const std::string path = source.display();
+  auto opened = OpenBeneath(source, O_RDONLY | O_DIRECT);
+  if (!opened.ok()) {
+    if (absl::IsResourceExhausted(opened.status())) {
+      rlimit limit = {};
+      getrlimit(RLIMIT_NOFILE, &limit);
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cannot serve %s: the server holds one descriptor per served file and reached "
+          "RLIMIT_NOFILE (%u); raise it (LimitNOFILE= in systemd, ulimit -n)",
+          path, limit.rlim_cur));
+    }
+    return opened.status();
+  }
+  struct stat st;
+  if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(*opened);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
   auto entry = std::make_unique<FileEntry>();
-  FileIdentity identity;
-  auto map = BuildImportedMap(name, source, /*may_add_devices=*/true, &identity);
-  if (!map.ok()) return map.status();
+  entry->name = name;
   entry->source = std::move(source);
-  {
-    std::unique_lock lock(entry->mu);
-    entry->imported_map = std::make_shared<const FileMap>(*std::move(map));
-    entry->identity = identity;
+  entry->inode = InodeOf(st);
+  entry->present = true;
+  // One descriptor per file: the file's own device, which also holds the lease.
+  Device::Options options;
+  options.file_route = true;
+  options.adopt_fd = *opened;
+  auto device = Device::Open(absl::StrCat("file:", name), path, options);
+  if (!device.ok()) return device.status();
+  std::lock_guard lock(watch_mu_);
+  auto added = AddDevice(*std::move(device));
+  if (!added.ok()) return added.status();
+  entry->file_device = *added;
+  entry->inode_fd = devices_[*added]->fd();
+  if (absl::Status watched = Watch(*entry); !watched.ok()) return watched;
+  TakeLease(*entry);
+  if (!entry->owned->map) {
+    by_lease_fd_.erase(entry->inode_fd);
+    by_display_path_.erase(path);
+    return entry->owned->unavailable;
   }
   return AddEntry(std::move(name), std::move(entry));
 }
@@ -241,49 +635,54 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   return found.size();
 }
 
-absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
+const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
   auto it = files_.find(name);
-  if (it == files_.end()) return UnknownFileError(name);
-  FileEntry& entry = *it->second;
-  if (entry.static_map) return entry.static_map;
-
-  auto current = StatFileIdentity(entry.source);
-  if (!current.ok()) {
-    if (absl::IsNotFound(current.status())) {
-      return absl::NotFoundError(
-          absl::StrFormat("file %s was removed since it was imported", EchoedName(name)));
-    }
-    return InClientTerms(name, current.status());
+  if (it == files_.end()) [[unlikely]] {
+    *unavailable = UnknownFileError(name);
+    return nullptr;
   }
-  {
-    std::shared_lock lock(entry.mu);
-    if (entry.identity == *current) return entry.imported_map;
+  const FileVersion* version = it->second->current.load(std::memory_order_acquire);
+  if (version->map) [[likely]] {
+    return version->map.get();
   }
-  return Reimport(name, entry, *current);
+  *unavailable = version->unavailable;
+  return nullptr;
 }
 
-absl::StatusOr<FileMapRef> Catalog::Reimport(absl::string_view name, FileEntry& entry,
-                                             const FileIdentity& current) {
-  std::unique_lock lock(entry.mu);
-  if (entry.identity == current) return entry.imported_map;  // another thread re-imported it
-  const bool replaced = entry.identity.inode != current.inode ||
-                        entry.identity.filesystem_device != current.filesystem_device;
-  if (replaced && entry.imported_map->source() == FileSource::kFileRoute) {
-    // The file-route device's descriptor still refers to the old inode.
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "file %s was replaced since it was imported and is served through the file itself; "
-        "restart the server to serve the new file",
-        name));
+absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) const {
+  auto it = files_.find(name);
+  if (it == files_.end()) return UnknownFileError(name);
+  std::lock_guard lock(versions_mu_);
+  const FileVersion& version = *it->second->owned;
+  if (version.map) return version.map;
+  return version.unavailable;
+}
+
+std::string Catalog::RouteNote(absl::string_view name) const {
+  auto it = files_.find(name);
+  if (it == files_.end()) return "";
+  std::lock_guard lock(versions_mu_);
+  return it->second->owned->route_note;
+}
+
+RouteCounts Catalog::route_counts() const {
+  RouteCounts counts;
+  std::lock_guard lock(versions_mu_);
+  for (const auto& [name, entry] : files_) {
+    const FileVersion& version = *entry->owned;
+    if (!version.map) {
+      ++counts.unavailable;
+    } else if (version.map->source() == FileSource::kFiemap) {
+      ++counts.leased;
+    } else if (version.map->source() == FileSource::kFileRoute) {
+      ++counts.file_route;
+    }
   }
-  FileIdentity identity;
-  auto map =
-      BuildImportedMap(std::string(name), entry.source, /*may_add_devices=*/false, &identity);
-  if (!map.ok()) return InClientTerms(name, map.status());
-  entry.imported_map = std::make_shared<const FileMap>(*std::move(map));
-  entry.identity = identity;
-  LogInfo(absl::StrFormat("file %s: %s changed since import; re-imported (%d extents)", name,
-                          entry.source.display(), entry.imported_map->extents().size()));
-  return entry.imported_map;
+  return counts;
+}
+
+void Catalog::WaitUntilCurrent() {
+  if (watcher_) watcher_->WaitUntilCurrent();
 }
 
 std::vector<std::string> Catalog::FileNames() const {

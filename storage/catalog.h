@@ -1,28 +1,31 @@
-// The catalog: the devices the server owns and the extent maps of the files it serves.
+// The catalog: the devices the server owns and the extent maps of the files it serves, kept
+// current by a watcher thread so that reads never see stale bytes and pay nothing for it.
 #ifndef BLOCKREAD_STORAGE_CATALOG_H_
 #define BLOCKREAD_STORAGE_CATALOG_H_
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "storage/device.h"
 #include "storage/extent_map.h"
 #include "storage/fiemap.h"
+#include "storage/read_epochs.h"
 
 namespace blockread::storage {
 
-// A file's map as of one Resolve(). Holding it keeps the map alive even if the file is re-imported
-// meanwhile. For static sources (whole device, manifest) it carries no reference count, so
-// copying it costs no atomic operation.
+// A file's map as of one Resolve(): an owning reference, valid however long it is kept.
 using FileMapRef = std::shared_ptr<const FileMap>;
 
 // A client-supplied name as it may be echoed back in a message: at most kMaxEchoedNameBytes of
@@ -34,17 +37,59 @@ std::string EchoedName(absl::string_view name);
 // that it exists, one the caller may not see).
 absl::Status UnknownFileError(absl::string_view name);
 
+// The signal the kernel sends the catalog's watcher thread when a lease of a served file is
+// broken (F_SETSIG). Directed at that thread only (F_SETOWN_EX), which blocks it and reads it
+// from a signalfd: other threads never see it.
+int LeaseBreakSignal();
+// Blocks the lease-break signal and SIGIO in the calling thread and the threads it starts later.
+// Taking a lease briefly makes the whole process the signal's target, and an unblocked thread
+// would die of it (their default action): call this in main() before any thread starts. The
+// first import also calls it on its own thread.
+void BlockLeaseSignals();
+
+// What a served file is now: its map, or why it cannot be read. Immutable once published.
+struct FileVersion {
+  FileMapRef map;            // null when the file cannot be served now
+  absl::Status unavailable;  // why not, in the client's terms (when map is null)
+  std::string route_note;    // why it is read through the file itself, empty otherwise
+};
+
+// How the served files are held, for stats: imported files leased (read from the raw device)
+// and those read through the file itself (no lease: being written, refused, or a filesystem whose
+// offsets cannot be trusted).
+struct RouteCounts {
+  uint64_t leased = 0;
+  uint64_t file_route = 0;
+  uint64_t unavailable = 0;
+};
+
 // Threading: the catalog is built by one thread (the Add*/Import* calls), then served from any
-// number of threads (the const accessors and Resolve()). Devices and the set of file names never
-// change after setup; only the maps of imported files are replaced, under a per-file lock, when
-// their source file changes.
+// number of threads. Devices and the set of served names never change after setup. What a name
+// serves (its FileVersion) is changed only by the catalog's watcher thread, which the first
+// import starts:
+//  - Every FIEMAP-imported file is held open (O_RDONLY | O_DIRECT, opened beneath its served
+//    root, no symlink followed, never blocking) with a read lease on it. Before any open of the
+//    file for writing or truncate returns, the kernel signals the watcher, which publishes a
+//    version read through the file itself (O_DIRECT: the kernel writes dirty pages back first,
+//    so it is exact), waits until raw-device reads of the old version have finished
+//    (ReadEpochs), and only then releases the lease. After the writer closes it (inotify
+//    IN_CLOSE_WRITE, or a retry every second), it takes the lease again first and re-maps the
+//    file under it (FIEMAP_FLAG_SYNC).
+//  - inotify on the served directories keeps names current: a name renamed over or removed is
+//    re-opened; a new regular file is leased and mapped, anything else (a symlink, a FIFO, a
+//    directory) is refused. The old inode stays open until reads of it have finished, so its
+//    blocks are no other file's meanwhile.
+//  - A file that cannot get a lease (open for writing elsewhere, a filesystem that refuses
+//    leases, no CAP_LEASE) is read through the file itself; the log, RouteNote() and
+//    route_counts() say so.
 class Catalog {
  public:
-  Catalog() = default;
+  Catalog();
+  ~Catalog();
   Catalog(const Catalog&) = delete;
   Catalog& operator=(const Catalog&) = delete;
 
-  // ---- Setup (one thread, before the first Resolve) ----
+  // ---- Setup (one thread, before the first read) ----
 
   // Takes ownership of an open device. Fails on a duplicate device name.
   absl::StatusOr<DeviceId> AddDevice(std::unique_ptr<Device> device);
@@ -55,11 +100,9 @@ class Catalog {
   // Opens the block device or regular file at `path` and serves it whole as file `name`.
   absl::Status AddWholeDevice(std::string name, std::string path);
 
-  // Imports the file at `path` (on a mounted filesystem) as file `name`: through FIEMAP, with its
-  // filesystem's disk opened as a device (once per disk), or, where FIEMAP offsets cannot be
-  // trusted, through the file itself; the route and its reason are logged. The file is opened,
-  // now and at every re-import, beneath its directory without following symlinks
-  // (storage/open_beneath.h).
+  // Imports the file at `path` (on a mounted filesystem) as file `name`: leased and mapped
+  // through FIEMAP, with its filesystem's disk opened as a device (once per disk), or, where that
+  // cannot be exact, through the file itself; the route and its reason are logged.
   absl::Status ImportFile(std::string name, std::string path);
 
   // Imports `path`: a regular file is served as its base name; a directory's regular files
@@ -73,45 +116,66 @@ class Catalog {
   const Device& device(DeviceId id) const { return *devices_[id]; }
   std::optional<DeviceId> FindDevice(absl::string_view name) const;
 
-  // The current map of file `name`. For an imported file this first checks (one stat of its
-  // path) that the file is unchanged since import; if it changed it is re-imported, and if that
-  // is impossible (removed, replaced under the file route, moved to another disk) the error says
-  // so. NOT_FOUND for unknown names. Never returns a stale map.
-  absl::StatusOr<FileMapRef> Resolve(absl::string_view name);
+  // The read path's lookup: no syscall, no lock, one acquire load. The map stays valid until the
+  // caller's ReadEpochs::Reader exits, so call it only between Enter() and Exit() of a reader
+  // from epochs(). Null with *unavailable set when the name is unknown or cannot be served now.
+  const FileMap* LookupForRead(absl::string_view name, absl::Status* unavailable) const;
+  ReadEpochs& epochs() { return epochs_; }
+
+  // The current map of `name`, kept alive by the returned reference (for StatFile, tools and
+  // tests; takes a lock). NOT_FOUND for unknown or removed names.
+  absl::StatusOr<FileMapRef> Resolve(absl::string_view name) const;
+  // Why `name` is read through the file itself now; empty if it is not (or is unknown).
+  std::string RouteNote(absl::string_view name) const;
+  RouteCounts route_counts() const;
+
+  // Returns once the watcher has handled every change made to served files before the call (an
+  // inotify event or lease break already queued). For tests and tools; never on a worker.
+  void WaitUntilCurrent();
 
   // All file names, sorted.
   std::vector<std::string> FileNames() const;
   size_t file_count() const { return files_.size(); }
 
  private:
-  struct FileEntry {
-    // Static files: set once, never changes, read without the lock.
-    FileMapRef static_map;
-    // Imported files: where the file is, beneath its served root.
-    BeneathPath source;
-    // std::shared_mutex, not absl::Mutex: Debian's Abseil is not built for ThreadSanitizer, which
-    // then cannot see absl::Mutex synchronize; pthread-based locks it does see.
-    std::shared_mutex mu;
-    FileMapRef imported_map ABSL_GUARDED_BY(mu);
-    FileIdentity identity ABSL_GUARDED_BY(mu);
-  };
+  struct FileEntry;
+  class Watcher;
 
-  // Maps `path` and builds its map, opening its disk (or the file itself) as a device if this is
-  // setup (`may_add_devices`); on re-import the device must be the one already used.
-  absl::StatusOr<FileMap> BuildImportedMap(const std::string& name, const BeneathPath& source,
-                                           bool may_add_devices, FileIdentity* identity);
-  absl::Status ImportBeneath(std::string name, BeneathPath source);
-  absl::StatusOr<FileMapRef> Reimport(absl::string_view name, FileEntry& entry,
-                                      const FileIdentity& current);
   absl::Status AddEntry(std::string name, std::unique_ptr<FileEntry> entry);
-  // A re-import error as Resolve's callers (clients) may see it: same code, details logged.
-  static absl::Status InClientTerms(absl::string_view name, const absl::Status& status);
+  absl::Status ImportBeneath(std::string name, BeneathPath source);
+  // The disk device holding `mapped`'s extents, opened now if this is setup.
+  absl::StatusOr<DeviceId> DiskFor(const FiemapResult& mapped, bool may_add_devices);
+  // Publishes `version` as what `entry` serves; once reads that may use the old one have
+  // finished, returns (the old version is freed then).
+  void Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version);
+  // Builds what `entry` should serve now from its open inode: the raw-device map if it is leased
+  // and FIEMAP can map it, else the file route with `why`.
+  std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why,
+                                               bool may_add_devices);
+
+  // Watcher thread (watcher.cc side of catalog.cc). All REQUIRE watch_mu_.
+  void TakeLease(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void OnLeaseBreak(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void Rebind(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void Rescan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void RetryLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Starts watching `entry`'s inode: lease signal aimed at the watcher thread, its directory
+  // watched. Setup thread.
+  absl::Status Watch(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // F_SETSIG and F_SETOWN_EX: lease breaks of `fd` signal the watcher thread alone.
+  void AimSignalsAtWatcher(int fd);
 
   std::vector<std::unique_ptr<Device>> devices_;
   absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;
-  // Devices opened for file-route imports, by the (st_dev, st_ino) of the file they hold open:
-  // a descriptor is only ever used for the inode it was opened on.
-  absl::flat_hash_map<std::pair<dev_t, ino_t>, DeviceId> file_route_devices_;
+  ReadEpochs epochs_;
+  // Guards publishing versions against Resolve()'s copies of them.
+  mutable std::mutex versions_mu_;
+  // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
+  std::mutex watch_mu_;
+  absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);
+  absl::flat_hash_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
+  absl::flat_hash_map<int, std::string> watched_directories_ ABSL_GUARDED_BY(watch_mu_);
+  std::unique_ptr<Watcher> watcher_;
 };
 
 }  // namespace blockread::storage

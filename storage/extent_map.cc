@@ -1,8 +1,32 @@
 #include "storage/extent_map.h"
 
+#include <sys/stat.h>
+
 #include "absl/strings/str_format.h"
 
 namespace blockread::storage {
+
+FileMap FileMap::FollowingFile(std::string name, uint32_t block_size, DeviceId device,
+                               int size_fd) {
+  // Any offset a file can have (Linux caps them at 2^63 - 1), rounded down to the block size.
+  const uint64_t span = (uint64_t{1} << 62) / block_size * block_size;
+  FileMap map;
+  map.name_ = std::move(name);
+  map.size_ = span;
+  map.rounded_size_ = span;
+  map.block_size_ = block_size;
+  map.source_ = FileSource::kFileRoute;
+  map.extents_.push_back(Extent{0, span, ExtentType::kMapped, device, 0});
+  map.size_fd_ = size_fd;
+  return map;
+}
+
+uint64_t FileMap::FollowedFileSize() const {
+  struct stat st;
+  // An fstat of a descriptor held open cannot fail short of a kernel bug; read nothing then.
+  if (fstat(size_fd_, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
 
 absl::StatusOr<FileMap> FileMap::Create(std::string name, uint64_t size, uint32_t block_size,
                                         FileSource source, std::vector<Extent> extents) {

@@ -54,8 +54,18 @@ class FileMap {
   static absl::StatusOr<FileMap> Create(std::string name, uint64_t size, uint32_t block_size,
                                         FileSource source, std::vector<Extent> extents);
 
+  // A map of a file read through itself (kFileRoute) while it may be written: one extent on
+  // `device` covering any offset a file can reach, and a size that is the file's own at each read
+  // (SizeNow(): one fstat of `size_fd`, which must stay open as long as the map).
+  static FileMap FollowingFile(std::string name, uint32_t block_size, DeviceId device, int size_fd);
+
   const std::string& name() const { return name_; }
+  // The size as of the map's creation; for a map following its file, use SizeNow().
   uint64_t size() const { return size_; }
+  // The size a read of the file must go by: size(), or the file's current size if the map
+  // follows its file. Once per read: the file may change between two calls.
+  uint64_t SizeNow() const { return size_fd_ < 0 ? size_ : FollowedFileSize(); }
+  bool follows_file() const { return size_fd_ >= 0; }
   // Alignment that reads of this file must meet to go straight to the device.
   uint32_t block_size() const { return block_size_; }
   FileSource source() const { return source_; }
@@ -89,6 +99,8 @@ class FileMap {
   uint32_t block_size_ = 512;
   FileSource source_ = FileSource::kWholeDevice;
   std::vector<Extent> extents_;
+  int size_fd_ = -1;  // >= 0: the map follows this open file's size
+  uint64_t FollowedFileSize() const;
 };
 
 // Describes what is wrong with `extent` for a device of `device_size` bytes and

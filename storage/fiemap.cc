@@ -142,14 +142,6 @@ bool FiemapExtentFolder::Add(const struct fiemap_extent* extents, uint32_t count
   return true;
 }
 
-absl::StatusOr<FileIdentity> StatFileIdentity(const BeneathPath& path) {
-  struct stat st;
-  if (fstatat(path.root->fd(), path.relative.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return PosixError(errno, absl::StrCat("stat ", path.display()));
-  }
-  return IdentityOf(st);
-}
-
 absl::StatusOr<BeneathPath> BeneathParent(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string parent = slash == std::string::npos ? "."
@@ -201,30 +193,7 @@ absl::StatusOr<DiskLocation> LocateOnDisk(dev_t device) {
   return location;
 }
 
-namespace {
-absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPath& beneath,
-                                                                 int replacements_left);
-}  // namespace
-
-absl::StatusOr<FiemapResult> MapFileExtents(const BeneathPath& path) {
-  return MapFileExtentsFollowingReplacements(path, /*replacements_left=*/4);
-}
-
-absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
-  auto beneath = BeneathParent(path);
-  if (!beneath.ok()) return beneath.status();
-  return MapFileExtents(*beneath);
-}
-
-namespace {
-absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPath& beneath,
-                                                                 int replacements_left) {
-  const std::string path = beneath.display();
-  auto opened = OpenBeneath(beneath, O_RDONLY);
-  if (!opened.ok()) return opened.status();
-  const int fd = *opened;
-  absl::Cleanup close_fd = [fd] { close(fd); };
-
+absl::StatusOr<FiemapResult> MapOpenFile(int fd, const std::string& path) {
   struct stat st;
   if (fstat(fd, &st) != 0) return PosixError(errno, absl::StrCat("fstat ", path));
   if (!S_ISREG(st.st_mode)) {
@@ -249,8 +218,8 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPa
   auto buffer = std::make_unique<uint64_t[]>(request_bytes / sizeof(uint64_t) + 1);
   auto* request = reinterpret_cast<struct fiemap*>(buffer.get());
 
-  // A writer racing with the import could leave us with extents of an older version: map until
-  // the identity is the same before and after (and the path still names this inode).
+  // Without a lease a writer racing with the mapping could leave us with extents of an older
+  // version: map until the identity is the same before and after.
   constexpr int kAttempts = 8;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     struct stat before;
@@ -281,19 +250,10 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPa
     }
     result.extents = folder.extents();
     struct stat after;
-    struct stat by_path;
     if (fstat(fd, &after) != 0) return PosixError(errno, absl::StrCat("fstat ", path));
-    if (fstatat(beneath.root->fd(), beneath.relative.c_str(), &by_path, AT_SYMLINK_NOFOLLOW) != 0) {
-      return PosixError(errno, absl::StrCat("stat ", path));
-    }
-    if (IdentityOf(before) == IdentityOf(after) && IdentityOf(after) == IdentityOf(by_path)) {
+    if (IdentityOf(before) == IdentityOf(after)) {
       result.identity = IdentityOf(after);
       return result;
-    }
-    if ((by_path.st_ino != after.st_ino || by_path.st_dev != after.st_dev) &&
-        replacements_left > 0) {
-      // Replaced while we mapped it: map the new file instead.
-      return MapFileExtentsFollowingReplacements(beneath, replacements_left - 1);
     }
   }
   return absl::UnavailableError(
@@ -301,6 +261,19 @@ absl::StatusOr<FiemapResult> MapFileExtentsFollowingReplacements(const BeneathPa
                    " kept changing while its extents were mapped; try again when it is "
                    "not being written"));
 }
-}  // namespace
+
+absl::StatusOr<FiemapResult> MapFileExtents(const BeneathPath& path) {
+  auto opened = OpenBeneath(path, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  return MapOpenFile(fd, path.display());
+}
+
+absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path) {
+  auto beneath = BeneathParent(path);
+  if (!beneath.ok()) return beneath.status();
+  return MapFileExtents(*beneath);
+}
 
 }  // namespace blockread::storage

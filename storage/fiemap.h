@@ -28,11 +28,6 @@ struct FileIdentity {
   bool operator==(const FileIdentity&) const = default;
 };
 
-// The identity of what `path` names now, without following a symlink at its last component (a
-// symlink renamed over a served name has an identity of its own, so it reads as a change).
-// Errors name the path.
-absl::StatusOr<FileIdentity> StatFileIdentity(const BeneathPath& path);
-
 // One FIEMAP extent, physical offset relative to the whole disk (partition start added).
 struct DeviceExtent {
   uint64_t logical_offset = 0;
@@ -91,13 +86,16 @@ struct FiemapResult {
   FileIdentity identity;
 };
 
-// Maps `path` with FS_IOC_FIEMAP (FIEMAP_FLAG_SYNC, so dirty data reaches the device first),
-// looping until the extent flagged LAST. Retries if the file changes while it is mapped. The file
-// is opened with OpenBeneath: no symlink is followed and a FIFO does not block. Errors (the file
-// is missing, not a regular file, behind a symlink, unreadable, keeps changing) name the path. A
-// file that cannot be served from the raw device is not an error: see file_route_reason.
+// Maps the regular file open as `fd` with FS_IOC_FIEMAP (FIEMAP_FLAG_SYNC, so dirty data reaches
+// the device first), looping until the extent flagged LAST, and again if the file changed
+// meanwhile. Exact for good only while nobody can write the file: the catalog holds a read lease
+// on `fd` when it calls this. `path` is for messages. A file that cannot be served from the raw
+// device is not an error: see file_route_reason.
+absl::StatusOr<FiemapResult> MapOpenFile(int fd, const std::string& path);
+// Opens `path` with OpenBeneath (no symlink followed, a FIFO does not block) and maps it: for
+// tools and tests, which hold no lease. Errors name the path.
 absl::StatusOr<FiemapResult> MapFileExtents(const BeneathPath& path);
-// The same for `path` beneath its parent directory (for tools and tests).
+// The same for `path` beneath its parent directory.
 absl::StatusOr<FiemapResult> MapFileExtents(const std::string& path);
 
 // `path` as a BeneathPath of its parent directory.

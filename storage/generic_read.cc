@@ -7,9 +7,9 @@
 
 namespace blockread::storage {
 
-bool EngineContext::StartGeneric(const FileMap& map, FallbackReason reason,
+bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
                                  const ReadRequest& request, ReadDoneFn done, void* context,
-                                 uint64_t start_ns) {
+                                 uint64_t start_ns, uint8_t epoch_parity) {
   if (free_generic_.empty()) return false;
   ReadSlot& slot = *free_generic_.back();
   free_generic_.pop_back();
@@ -19,12 +19,13 @@ bool EngineContext::StartGeneric(const FileMap& map, FallbackReason reason,
   slot.context = context;
   slot.arrival_ns = request.arrival_ns;
   slot.start_ns = start_ns;
+  slot.epoch_parity = epoch_parity;
   slot.fallback = reason;
   slot.error = 0;
   slot.short_read = false;
   uint32_t count = 0;
   const GenericPlan plan =
-      PlanGenericRead(map, request.offset, request.length, config_.max_io_bytes, slot.buffer,
+      PlanGenericRead(map, size, request.offset, request.length, config_.max_io_bytes, slot.buffer,
                       [&](const PlannedIo& io) {
                         IoPiece& piece = slot.pieces[count++];
                         piece.slot = &slot;

@@ -32,12 +32,13 @@ struct GenericPlan {
 // aligned and the unaligned edges of the request need no bounce copy: the result is a view at
 // data_offset. Holes and unwritten extents are zero-filled in `buffer` right here; emit(PlannedIo)
 // is called for each mapped segment (split at max_io_bytes). No allocation.
-// REQUIRES: offset <= map.size(); `buffer` holds length + 2 * map.block_size() bytes.
+// `size` is the file's size for this read (map.SizeNow()).
+// REQUIRES: offset <= size; `buffer` holds length + 2 * map.block_size() bytes.
 template <typename Emit>
-GenericPlan PlanGenericRead(const FileMap& map, uint64_t offset, uint64_t length,
+GenericPlan PlanGenericRead(const FileMap& map, uint64_t size, uint64_t offset, uint64_t length,
                             uint64_t max_io_bytes, char* buffer, Emit&& emit) {
   const uint64_t block = map.block_size();
-  const uint64_t end = offset + std::min(length, map.size() - offset);
+  const uint64_t end = offset + std::min(length, size - offset);
   GenericPlan plan;
   const uint64_t aligned_start = offset / block * block;
   plan.data_offset = offset - aligned_start;
@@ -52,7 +53,7 @@ GenericPlan PlanGenericRead(const FileMap& map, uint64_t offset, uint64_t length
     switch (s.type) {
       case ExtentType::kMapped:
         emit(PlannedIo{buffer_offset, s.device, s.physical_offset, s.length,
-                       std::min(s.file_offset + s.length, map.size()) - s.file_offset});
+                       std::min(s.file_offset + s.length, size) - s.file_offset});
         break;
       case ExtentType::kHole:
       case ExtentType::kUnwritten:

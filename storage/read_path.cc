@@ -40,7 +40,10 @@ absl::StatusOr<IoEngine> ResolveIoEngine(IoEngine requested) {
 }
 
 EngineContext::EngineContext(Catalog& catalog, const EngineConfig& config)
-    : catalog_(catalog), config_(config), stats_(catalog.device_count()) {}
+    : catalog_(catalog),
+      epoch_reader_(catalog.epochs().Register()),
+      config_(config),
+      stats_(catalog.device_count()) {}
 
 absl::StatusOr<std::unique_ptr<EngineContext>> EngineContext::Create(Catalog& catalog,
                                                                      const EngineConfig& config,
@@ -88,6 +91,11 @@ absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
   options.sq_entries = config_.ring_entries;
   options.max_in_flight =
       static_cast<unsigned>(std::clamp<uint64_t>(max_pieces, config_.ring_entries, kMaxCqEntries));
+  // A file read through itself keeps its device when its name is replaced: the catalog re-points
+  // the descriptor at the new file (storage/catalog.h).
+  for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
+    options.read_by_descriptor.push_back(catalog_.device(id).kind() == DeviceKind::kFileRoute);
+  }
 
   const auto add_backend = [&](std::unique_ptr<IoBackend> backend) {
     if (wrap_backend != nullptr) backend = wrap_backend(std::move(backend));
@@ -108,7 +116,10 @@ absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
   IoBackend* iopoll_backend = nullptr;
   for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
     const Device& device = catalog_.device(id);
-    if (!psync && (device.io_poll_supported() || config_.probe_iopoll_on_all_devices)) {
+    // Only block devices are polled: a file read through itself is the fallback route, and a
+    // probe read of it can land in a hole and succeed without any I/O.
+    if (!psync && device.kind() == DeviceKind::kBlockDevice &&
+        (device.io_poll_supported() || config_.probe_iopoll_on_all_devices)) {
       absl::Status probe;
       if (device.size() < device.logical_block_size()) {
         probe = absl::FailedPreconditionError("device too small to probe");
@@ -174,15 +185,15 @@ EngineContext::~EngineContext() {
   }
 }
 
-absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset, uint64_t length,
-                                            uint64_t simple_max_bytes) {
-  if (offset > map.size()) {
+absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t size, uint64_t offset,
+                                            uint64_t length, uint64_t simple_max_bytes) {
+  if (offset > size) {
     return absl::OutOfRangeError(absl::StrFormat(
-        "offset %u is beyond the end of file %s (%u bytes)", offset, map.name(), map.size()));
+        "offset %u is beyond the end of file %s (%u bytes)", offset, map.name(), size));
   }
   PathDecision decision;
-  if (offset < map.size() && SimpleReadEligible(map, offset, length, simple_max_bytes,
-                                                &decision.extent, &decision.fallback)) {
+  if (offset < size && SimpleReadEligible(map, size, offset, length, simple_max_bytes,
+                                          &decision.extent, &decision.fallback)) {
     decision.path = ReadPathKind::kSimple;
   }
   return decision;
@@ -210,16 +221,27 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
       !valid.ok()) {
     return valid;
   }
-  absl::StatusOr<FileMapRef> map = catalog_.Resolve(request.file);
-  if (!map.ok()) return map.status();
-  absl::StatusOr<PathDecision> decision =
-      DecideReadPath(**map, request.offset, request.length, config_.simple_max_bytes);
-  if (!decision.ok()) return decision.status();
-  if (decision->path == ReadPathKind::kSimple) {
-    *busy = !StartSimple(decision->extent, request, done, context, start_ns);
-  } else {
-    *busy = !StartGeneric(**map, decision->fallback, request, done, context, start_ns);
+  const uint8_t epoch_parity = epoch_reader_->Enter();
+  absl::Status unavailable;
+  const FileMap* map = catalog_.LookupForRead(request.file, &unavailable);
+  if (map == nullptr) [[unlikely]] {
+    epoch_reader_->Exit(epoch_parity);
+    return unavailable;
   }
+  const uint64_t size = map->SizeNow();
+  absl::StatusOr<PathDecision> decision =
+      DecideReadPath(*map, size, request.offset, request.length, config_.simple_max_bytes);
+  if (!decision.ok()) [[unlikely]] {
+    epoch_reader_->Exit(epoch_parity);
+    return decision.status();
+  }
+  if (decision->path == ReadPathKind::kSimple) {
+    *busy = !StartSimple(decision->extent, request, done, context, start_ns, epoch_parity);
+  } else {
+    *busy = !StartGeneric(*map, size, decision->fallback, request, done, context, start_ns,
+                          epoch_parity);
+  }
+  if (*busy) epoch_reader_->Exit(epoch_parity);
   return absl::OkStatus();
 }
 

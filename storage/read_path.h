@@ -27,15 +27,16 @@
 namespace blockread::storage {
 
 // Which path a read of [offset, offset + length) of `map` takes, and why: the dispatcher's
-// decision, also what Explain reports. OUT_OF_RANGE when offset > map.size(); a read at exactly
-// EOF is a generic read of nothing (kBeyondEof). `extent` is set for the simple path.
+// decision, also what Explain reports. `size` is the file's size for this read (map.SizeNow()).
+// OUT_OF_RANGE when offset > size; a read at exactly EOF is a generic read of nothing
+// (kBeyondEof). `extent` is set for the simple path.
 struct PathDecision {
   ReadPathKind path = ReadPathKind::kGeneric;
   FallbackReason fallback = FallbackReason::kBeyondEof;
   Extent extent;
 };
-absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t offset, uint64_t length,
-                                            uint64_t simple_max_bytes);
+absl::StatusOr<PathDecision> DecideReadPath(const FileMap& map, uint64_t size, uint64_t offset,
+                                            uint64_t length, uint64_t simple_max_bytes);
 
 // Turns EngineConfig::io_engine into the engine to use, trying io_uring once (a ring set up
 // and torn down at once) unless `requested` is kPsync. kAuto: kIoUring if that worked, else
@@ -163,9 +164,10 @@ class EngineContext {
   // simple_read.cc / generic_read.cc: fill a slot and queue its pieces. False: no slot free.
   // REQUIRES: request.arrival_ns is set (StartRead fills it in).
   bool StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done, void* context,
-                   uint64_t start_ns);
-  bool StartGeneric(const FileMap& map, FallbackReason reason, const ReadRequest& request,
-                    ReadDoneFn done, void* context, uint64_t start_ns);
+                   uint64_t start_ns, uint8_t epoch_parity);
+  bool StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
+                    const ReadRequest& request, ReadDoneFn done, void* context, uint64_t start_ns,
+                    uint8_t epoch_parity);
   // read_completion.cc
   void QueuePiece(IoPiece& piece);
   static void OnPieceDone(void* self, IoPiece& piece, int result);
@@ -175,6 +177,9 @@ class EngineContext {
   void FreeSlot(ReadSlot& slot);
 
   Catalog& catalog_;
+  // Every read is inside this reader from before it looks its file up until it is delivered, so
+  // the catalog knows when a file's old version is no longer in use (storage/read_epochs.h).
+  const std::unique_ptr<ReadEpochs::Reader> epoch_reader_;
   const EngineConfig config_;
   StatsShard stats_;
   // The backends this worker owns, and which serves each device (by DeviceId).

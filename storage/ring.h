@@ -37,6 +37,12 @@ class Ring {
   // Registers device descriptors (index = DeviceId; -1 leaves a slot empty) and I/O buffers.
   // A buffer registration refused for RLIMIT_MEMLOCK says so, with the limit and the bytes asked.
   absl::Status RegisterFiles(const std::vector<int>& fds);
+  // Files read through a plain descriptor instead of a registered slot: descriptors[i] >= 0 is
+  // used for file index i. For descriptors that may be re-pointed at another open file (dup3)
+  // while the ring lives: a registered slot would keep reading the old one.
+  void ReadThroughDescriptors(std::vector<int> descriptors) {
+    descriptors_ = std::move(descriptors);
+  }
   absl::Status RegisterBuffers(const std::vector<iovec>& buffers);
 
   // Queues a READ_FIXED of `length` bytes at `offset` of registered file `file_index` into
@@ -47,8 +53,14 @@ class Ring {
                     int buffer_index, uint64_t user_data) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) return false;
-    io_uring_prep_read_fixed(sqe, file_index, buffer, length, offset, buffer_index);
-    sqe->flags |= IOSQE_FIXED_FILE;
+    const int descriptor =
+        static_cast<size_t>(file_index) < descriptors_.size() ? descriptors_[file_index] : -1;
+    if (descriptor < 0) [[likely]] {
+      io_uring_prep_read_fixed(sqe, file_index, buffer, length, offset, buffer_index);
+      sqe->flags |= IOSQE_FIXED_FILE;
+    } else {
+      io_uring_prep_read_fixed(sqe, descriptor, buffer, length, offset, buffer_index);
+    }
     io_uring_sqe_set_data64(sqe, user_data);
     ++inflight_;
     return true;
@@ -92,6 +104,7 @@ class Ring {
  private:
   Ring() = default;
   io_uring ring_{};
+  std::vector<int> descriptors_;  // see ReadThroughDescriptors
   bool initialized_ = false;
   PollMode mode_ = PollMode::kInterrupt;
   unsigned inflight_ = 0;

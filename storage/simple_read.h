@@ -16,8 +16,9 @@ namespace blockread::storage {
 // file, within one MAPPED extent. A file-route file is one MAPPED extent at identity offsets on its
 // own descriptor, so its small aligned reads are one I/O and qualify too. Returns true and the
 // covering extent, or false and why not (the fallback is not an error: the generic path serves the
-// read). REQUIRES: length > 0 and offset < map.size() (the dispatcher validated the request).
-inline bool SimpleReadEligible(const FileMap& map, uint64_t offset, uint64_t length,
+// read). `size` is the file's size for this read (map.SizeNow()). REQUIRES: length > 0 and
+// offset < size (the dispatcher validated the request).
+inline bool SimpleReadEligible(const FileMap& map, uint64_t size, uint64_t offset, uint64_t length,
                                uint64_t simple_max_bytes, Extent* extent, FallbackReason* reason) {
   if (simple_max_bytes == 0) {
     *reason = FallbackReason::kDisabled;
@@ -32,7 +33,7 @@ inline bool SimpleReadEligible(const FileMap& map, uint64_t offset, uint64_t len
     *reason = FallbackReason::kUnaligned;
     return false;
   }
-  if (length > map.size() - offset) {
+  if (length > size - offset) {
     *reason = FallbackReason::kBeyondEof;
     return false;
   }

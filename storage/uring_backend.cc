@@ -17,7 +17,15 @@ absl::StatusOr<std::unique_ptr<UringBackend>> UringBackend::Create(
   ring_options.cq_entries = options.max_in_flight;
   auto ring = Ring::Create(ring_options);
   if (!ring.ok()) return ring.status();
-  if (absl::Status s = (*ring)->RegisterFiles(fds); !s.ok()) return s;
+  std::vector<int> registered = fds;
+  std::vector<int> descriptors(fds.size(), -1);
+  for (size_t i = 0; i < fds.size() && i < options.read_by_descriptor.size(); ++i) {
+    if (!options.read_by_descriptor[i]) continue;
+    descriptors[i] = fds[i];
+    registered[i] = -1;
+  }
+  if (absl::Status s = (*ring)->RegisterFiles(registered); !s.ok()) return s;
+  (*ring)->ReadThroughDescriptors(std::move(descriptors));
   if (absl::Status s = (*ring)->RegisterBuffers(buffers); !s.ok()) return s;
   return std::unique_ptr<UringBackend>(new UringBackend(*std::move(ring), options.max_in_flight));
 }

@@ -24,6 +24,10 @@ class UringBackend final : public IoBackend {
     // The most pieces this backend may have on the ring at once; the CQ ring is sized for
     // exactly that many, so it can never overflow. More wait inside the backend.
     unsigned max_in_flight = 4096;
+    // By DeviceId: devices whose descriptor the catalog may re-point at another open file
+    // (dup3, when a served name is replaced). They are read through the descriptor, never a
+    // registered copy of it. Missing entries are false.
+    std::vector<bool> read_by_descriptor;
   };
 
   // Sets the ring up and registers `fds` (index = DeviceId) and `buffers`. Errors say why

@@ -237,7 +237,7 @@ run() {
   shift
   port=$(free_port)
   containers+=("$name")
-  podman run -d --name "$name" --network=host --read-only --cap-drop=ALL \
+  podman run -d --name "$name" --network=host --read-only --cap-drop=ALL --cap-add=LEASE \
     -e BLOCKREAD_HEALTH_TARGET="127.0.0.1:$port" "${opts[@]}" "$image" \
     --listen="127.0.0.1:$port" --metrics-listen= \
     --simple-slots=64 --generic-slots=2 "$@" >/dev/null

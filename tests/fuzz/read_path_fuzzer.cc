@@ -45,7 +45,7 @@ void CheckPlan(const FileMap& map, uint64_t offset, uint64_t length, uint64_t ma
   const uint64_t capacity = length + 2 * block;
   std::fill(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(capacity), kUnwritten);
   std::vector<PlannedIo> ios;
-  const GenericPlan plan = PlanGenericRead(map, offset, length, max_io_bytes, buffer.data(),
+  const GenericPlan plan = PlanGenericRead(map, map.size(), offset, length, max_io_bytes, buffer.data(),
                                            [&](const PlannedIo& io) { ios.push_back(io); });
   const uint64_t wanted = std::min(length, map.size() - offset);
   FUZZ_CHECK(plan.data_length == wanted);
@@ -109,7 +109,7 @@ void FuzzOne(FuzzedDataProvider& input, std::vector<char>& buffer) {
       continue;
     }
     const absl::StatusOr<PathDecision> decision =
-        DecideReadPath(*map, offset, length, config.simple_max_bytes);
+        DecideReadPath(*map, map->size(), offset, length, config.simple_max_bytes);
     FUZZ_CHECK(decision.ok() == (offset <= map->size()));
     if (!decision.ok()) {
       FUZZ_CHECK(decision.status().code() == absl::StatusCode::kOutOfRange);

@@ -33,13 +33,13 @@ constexpr uint64_t kMiB = 1 << 20;
 // The test's own statement of the simple path's rule, worked out from the stored extents.
 std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offset, uint64_t length,
                                                uint64_t simple_max_bytes) {
-  if (offset >= map.size()) return FallbackReason::kBeyondEof;
+  if (offset >= map.SizeNow()) return FallbackReason::kBeyondEof;
   if (simple_max_bytes == 0) return FallbackReason::kDisabled;
   if (length > simple_max_bytes) return FallbackReason::kTooLarge;
   if (offset % map.block_size() != 0 || length % map.block_size() != 0) {
     return FallbackReason::kUnaligned;
   }
-  if (offset + length > map.size()) return FallbackReason::kBeyondEof;
+  if (offset + length > map.SizeNow()) return FallbackReason::kBeyondEof;
   for (const Extent& e : map.extents()) {
     if (e.logical_offset <= offset && offset < e.logical_end()) {
       if (e.type != ExtentType::kMapped) return FallbackReason::kNotMapped;
@@ -54,7 +54,7 @@ std::optional<FallbackReason> ExpectedFallback(const FileMap& map, uint64_t offs
 // unaligned small ones, large ones, ones across EOF.
 std::vector<ReadRequest> RandomReads(const FileMap& map, int count, std::mt19937_64& rng) {
   std::vector<ReadRequest> reads;
-  const uint64_t size = map.size();
+  const uint64_t size = map.SizeNow();
   const uint64_t block = map.block_size();
   if (size == 0) {
     reads.push_back({map.name(), 0, 4096});
@@ -146,7 +146,7 @@ class ReadPathTest : public ::testing::TestWithParam<std::tuple<FsType, IoEngine
       const CompletedRead& got = results[i];
       SCOPED_TRACE(absl::StrCat(r.file, " at ", r.offset, " +", r.length));
       const FileMap& map = **catalog_.Resolve(r.file);
-      if (r.offset > map.size()) {
+      if (r.offset > map.SizeNow()) {
         EXPECT_EQ(got.status.code(), absl::StatusCode::kOutOfRange);
         data.emplace_back();
         continue;

@@ -16,8 +16,9 @@ using storage::ExtentType;
 absl::StatusOr<std::vector<char>> ReadThroughMap(const storage::Catalog& catalog,
                                                  const storage::FileMap& map, uint64_t offset,
                                                  uint64_t length) {
-  if (offset >= map.size()) return std::vector<char>();
-  const uint64_t end = std::min(map.size(), offset + length);
+  const uint64_t size = map.SizeNow();
+  if (offset >= size) return std::vector<char>();
+  const uint64_t end = std::min(size, offset + length);
   std::vector<char> out(end - offset, 0);
   uint64_t pos = offset;
   while (pos < end) {

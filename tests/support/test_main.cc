@@ -30,6 +30,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "storage/catalog.h"
 
 namespace {
 
@@ -154,6 +155,8 @@ void ReportSkips(const std::vector<SkipRecorder::Skip>& skips) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread starts, as the server's main does: catalogs take leases (storage/catalog.h).
+  blockread::storage::BlockLeaseSignals();
   if (geteuid() == 0) {
     if (unshare(CLONE_NEWNS) != 0) {
       perror("blockread tests: private mount namespace");
