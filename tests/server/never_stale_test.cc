@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -52,6 +53,11 @@
 #include "tests/support/server_process.h"
 
 namespace blockread {
+namespace testing {
+// gtest names the parameters of a failing case with it (found by argument-dependent lookup).
+void PrintTo(FsType type, std::ostream* os) { *os << FsTypeName(type); }
+}  // namespace testing
+
 namespace {
 
 using client::BlockReadClient;
@@ -665,6 +671,8 @@ int RunWriter(const WriterPlan& plan, VersionBoard* board, char* buffer) {
   if (plan.keep_open) close(fd);
   return 0;
 }
+
+void PrintTo(WriteMode mode, std::ostream* os) { *os << WriteModeName(mode); }
 
 class VersionedBlocksTest
     : public NeverStaleBase,
