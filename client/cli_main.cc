@@ -258,6 +258,7 @@ int Main(int argc, char** argv) {
         SourceName(info->source()).c_str());
     for (const std::string& d : info->devices()) printf(" %s", d.c_str());
     printf("\n");
+    if (!info->route_note().empty()) printf("why:         %s\n", info->route_note().c_str());
     return 0;
   }
   if (*ls) {

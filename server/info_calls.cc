@@ -270,6 +270,10 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
   response.set_uptime_ns(now_ns - shared.start_ns);
   response.set_version(BLOCKREAD_VERSION);
+  const storage::RouteCounts routes = shared.catalog.route_counts();
+  response.mutable_files()->set_leased(routes.leased);
+  response.mutable_files()->set_file_route(routes.file_route);
+  response.mutable_files()->set_unavailable(routes.unavailable);
   return response;
 }
 

@@ -155,6 +155,14 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                 MetricType::Gauge)
       .Gauge({}, static_cast<double>(stats.uptime_ns()) / kNsPerSecond);
 
+  FamilyBuilder files(out, "blockread_files",
+                      "Imported files by how they are read now: leased (from the raw device), "
+                      "file (through the file itself), unavailable (removed or replaced).",
+                      MetricType::Gauge);
+  files.Gauge({{"route", "leased"}}, static_cast<double>(stats.files().leased()));
+  files.Gauge({{"route", "file"}}, static_cast<double>(stats.files().file_route()));
+  files.Gauge({{"route", "unavailable"}}, static_cast<double>(stats.files().unavailable()));
+
   FamilyBuilder reads(out, "blockread_reads_total", "Reads finished, by the path that served them.",
                       MetricType::Counter);
   FamilyBuilder bytes(out, "blockread_read_bytes_total", "Bytes returned, by path.",

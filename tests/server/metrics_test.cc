@@ -244,8 +244,8 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheReadsMadeDuringALoad) {
 
   // No label carries a file, offset or client: every label value is from a bounded set.
   const std::set<std::string> allowed_labels = {
-      "path",   "stage", "code",    "reason",       "device",   "mode",   "method",
-      "worker", "le",    "version", "grpc_version", "quantile", "backend"};
+      "path",   "stage", "code",    "reason",       "device",   "mode",    "method",
+      "worker", "le",    "version", "grpc_version", "quantile", "backend", "route"};
   for (const auto& [name, series] : after.samples) {
     for (const auto& [labels, value] : series) {
       for (const auto& [key, label_value] : labels) {

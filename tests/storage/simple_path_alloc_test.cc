@@ -1,11 +1,18 @@
-// The simple path allocates nothing: this binary replaces the global allocation functions with
-// counting ones and runs 10,000 simple reads with counting on.
+// The simple path allocates nothing, and a read of a FIEMAP-imported file makes no stat-family
+// call and takes no lock to know its map is current (issue 11: the catalog's lease does that).
+// This binary replaces the global allocation functions, the stat family and the pthread lock
+// functions with counting ones, and runs 10,000 simple reads with counting on.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <shared_mutex>
 
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
@@ -76,6 +83,77 @@ void operator delete(void* p, size_t, std::align_val_t) noexcept { __libc_free(p
 void operator delete[](void* p, size_t, std::align_val_t) noexcept { __libc_free(p); }
 #endif
 
+// The stat family and the lock functions, counted when called on a thread that asked for it
+// (other threads, such as the catalog's watcher, may lock as they please).
+namespace {
+thread_local bool count_this_thread = false;
+std::atomic<uint64_t> stat_calls{0};
+std::atomic<uint64_t> lock_calls{0};
+template <typename Fn>
+Fn Next(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+void CountStat() {
+  if (count_this_thread) stat_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void CountLock() {
+  if (count_this_thread) lock_calls.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+#if BLOCKREAD_COUNT_ALLOCATIONS
+extern "C" int stat(const char* path, struct stat* st) {
+  static auto next = Next<int (*)(const char*, struct stat*)>("stat");
+  CountStat();
+  return next(path, st);
+}
+extern "C" int lstat(const char* path, struct stat* st) {
+  static auto next = Next<int (*)(const char*, struct stat*)>("lstat");
+  CountStat();
+  return next(path, st);
+}
+extern "C" int fstat(int fd, struct stat* st) {
+  static auto next = Next<int (*)(int, struct stat*)>("fstat");
+  CountStat();
+  return next(fd, st);
+}
+extern "C" int fstatat(int dir, const char* path, struct stat* st, int flags) {
+  static auto next = Next<int (*)(int, const char*, struct stat*, int)>("fstatat");
+  CountStat();
+  return next(dir, path, st, flags);
+}
+extern "C" int statx(int dir, const char* path, int flags, unsigned mask, struct statx* st) {
+  static auto next = Next<int (*)(int, const char*, int, unsigned, struct statx*)>("statx");
+  CountStat();
+  return next(dir, path, flags, mask, st);
+}
+extern "C" int pthread_mutex_lock(pthread_mutex_t* mutex) {
+  static auto next = Next<int (*)(pthread_mutex_t*)>("pthread_mutex_lock");
+  CountLock();
+  return next(mutex);
+}
+extern "C" int pthread_mutex_trylock(pthread_mutex_t* mutex) {
+  static auto next = Next<int (*)(pthread_mutex_t*)>("pthread_mutex_trylock");
+  CountLock();
+  return next(mutex);
+}
+extern "C" int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
+  static auto next = Next<int (*)(pthread_rwlock_t*)>("pthread_rwlock_rdlock");
+  CountLock();
+  return next(lock);
+}
+extern "C" int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
+  static auto next = Next<int (*)(pthread_rwlock_t*)>("pthread_rwlock_wrlock");
+  CountLock();
+  return next(lock);
+}
+extern "C" int pthread_spin_lock(pthread_spinlock_t* lock) {
+  static auto next = Next<int (*)(pthread_spinlock_t*)>("pthread_spin_lock");
+  CountLock();
+  return next(lock);
+}
+#endif
+
 namespace blockread::storage {
 namespace {
 
@@ -100,7 +178,10 @@ uint64_t CountAllocationsOfSimpleReads(EngineContext& engine, const std::string&
   uint64_t x = 88172645463325252ULL;
   int started = 0;
   allocations.store(0);
+  stat_calls.store(0);
+  lock_calls.store(0);
   counting.store(true);
+  count_this_thread = true;
   while (tally.done < reads) {
     while (started < reads && started - tally.done < kQueueDepth) {
       x ^= x << 13;
@@ -115,6 +196,7 @@ uint64_t CountAllocationsOfSimpleReads(EngineContext& engine, const std::string&
     }
     engine.PollOnce();
   }
+  count_this_thread = false;
   counting.store(false);
   return allocations.load();
 }
@@ -131,6 +213,8 @@ void ExpectNoAllocations(Catalog& catalog, const std::string& file, uint64_t fil
   EXPECT_EQ(tally.errors, 0);
   EXPECT_EQ(tally.done, kReads);
   EXPECT_EQ(counted, 0u) << "heap allocations during " << kReads << " simple reads";
+  EXPECT_EQ(stat_calls.load(), 0u) << "stat-family calls during " << kReads << " simple reads";
+  EXPECT_EQ(lock_calls.load(), 0u) << "locks taken during " << kReads << " simple reads";
   StatsSnapshot stats;
   stats.Add((*engine)->stats());
   EXPECT_EQ(stats.path(ReadPathKind::kSimple).requests, 1000u + kReads);
@@ -146,6 +230,25 @@ TEST(SimplePathAllocationTest, CountingWorks) {
   free(p);
   delete q;
   EXPECT_EQ(allocations.load(), 2u) << "the counting allocator is not in effect";
+}
+
+TEST(SimplePathAllocationTest, StatAndLockCountingWorks) {
+  if (!BLOCKREAD_COUNT_ALLOCATIONS) GTEST_SKIP() << "sanitizer build: libc is intercepted";
+  stat_calls.store(0);
+  lock_calls.store(0);
+  count_this_thread = true;
+  struct stat st;
+  fstat(0, &st);
+  fstatat(AT_FDCWD, "/", &st, 0);
+  std::mutex mutex;
+  mutex.lock();
+  mutex.unlock();
+  std::shared_mutex shared;
+  shared.lock_shared();
+  shared.unlock_shared();
+  count_this_thread = false;
+  EXPECT_EQ(stat_calls.load(), 2u) << "the counting stat functions are not in effect";
+  EXPECT_EQ(lock_calls.load(), 2u) << "the counting lock functions are not in effect";
 }
 
 TEST(SimplePathAllocationTest, WholeDeviceFile) {
