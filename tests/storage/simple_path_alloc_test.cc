@@ -90,13 +90,13 @@ thread_local bool count_this_thread = false;
 std::atomic<uint64_t> stat_calls{0};
 std::atomic<uint64_t> lock_calls{0};
 template <typename Fn>
-Fn Next(const char* name) {
+[[maybe_unused]] Fn Next(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
-void CountStat() {
+[[maybe_unused]] void CountStat() {
   if (count_this_thread) stat_calls.fetch_add(1, std::memory_order_relaxed);
 }
-void CountLock() {
+[[maybe_unused]] void CountLock() {
   if (count_this_thread) lock_calls.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
