@@ -8,16 +8,17 @@
 #                  kernel's iomap direct-I/O path
 # Per filesystem: a 1 GiB image on a loop device (--direct-io=on), mkfs, a 512 MiB file of random
 # data, synced. Each repeat runs every filesystem once, and in each run every QD runs the routes
-# one after the other (A B A B ...), the engine pinned to --cpu with taskset. Two ways of waiting
-# for the device: spin (the server worker's way: IOPS; the thread is always busy, so its CPU time
-# per read is ~1/IOPS) and block (sleep in io_uring_wait_cqe: the thread's CPU time per read is
-# the work a read costs). Then instructions per read under callgrind (user space only; block
-# waits, so no spinning is counted; (Ir(2N) - Ir(N)) / N cancels setup; valgrind 3.19 lacks
+# one after the other (A B C, A B C ..., the order rotated each repeat), the engine pinned to --cpu
+# with taskset. Short runs, many repeats: adjacent runs see the same background load. Two ways of
+# waiting for the device: spin (the server worker's way: IOPS; the thread is always busy, so its
+# CPU time per read is ~1/IOPS) and block (sleep in io_uring_wait_cqe: the thread's CPU time per
+# read is the work a read costs). Then instructions per read under callgrind (user space only;
+# block waits, so no spinning is counted; (Ir(2N) - Ir(N)) / N cancels setup; valgrind 3.19 lacks
 # openat2, so tests/bench/valgrind_openat2_shim.cc is preloaded there). Prints one table: best
 # and median over the repeats, and the ratios to the first route, taken per repeat (routes run
 # side by side in the same run) and summarized as median [min..max].
 #
-#   tests/bench/run_route_bench.sh [--cpu=1] [--runtime=5] [--ramp=1] [--repeats=3]
+#   tests/bench/run_route_bench.sh [--cpu=1] [--runtime=1] [--ramp=0.25] [--repeats=15]
 #       [--qd=1,32,128] [--fs=ext4,xfs] [--routes=fiemap,fiemap-frozen,file] [--wait=spin,block]
 #       [--image-dir=/dev/shm] [--callgrind-reads=50000] [--no-callgrind] [--keep-json=DIR]
 # --image-dir holds the loop images: tmpfs by default, so the "device" is fast and the CPU cost of
@@ -27,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-cpu=1 runtime=5 ramp=1 repeats=3 qd=1,32,128 fs_list=ext4,xfs
+cpu=1 runtime=1 ramp=0.25 repeats=15 qd=1,32,128 fs_list=ext4,xfs
 routes=fiemap,fiemap-frozen,file waits=spin,block image_dir=/dev/shm cg_reads=50000
 callgrind=1 keep_json=""
 nice=${NICE:-0}
@@ -95,12 +96,19 @@ done
 
 echo "run_route_bench: engine pinned to CPU $cpu (nice $nice), ${runtime}s per run after" \
   "${ramp}s ramp, $repeats repeats" >&2
+IFS=, read -r -a route_array <<<"$routes"
 for ((rep = 1; rep <= repeats; rep++)); do
+  # Rotate the order each repeat (A B C, B C A, C A B ...), so no route always runs first.
+  rotated=()
+  for ((i = 0; i < ${#route_array[@]}; i++)); do
+    rotated+=("${route_array[(i + rep - 1) % ${#route_array[@]}]}")
+  done
+  order=$(IFS=,; echo "${rotated[*]}")
   for fs in ${fs_list//,/ }; do
     echo "run_route_bench: repeat $rep/$repeats, $fs" >&2
     log="$work/json/run.$fs.$rep.log"
     if ! nice -n "$nice" taskset -c "$cpu" "$bench" --file="$work/mnt-$fs/data" --cpu="$cpu" \
-      --route="$routes" --qd="$qd" --wait="$waits" --simple_max_bytes=4096 --runtime="$runtime" \
+      --route="$order" --qd="$qd" --wait="$waits" --simple_max_bytes=4096 --runtime="$runtime" \
       --ramp="$ramp" --nofio --json >"$work/json/run.$fs.$rep.json" 2>"$log"; then
       cat "$log" >&2
       exit 1
