@@ -93,6 +93,12 @@ struct RunResult {
   uint64_t thread_user_us = 0;
   uint64_t thread_sys_us = 0;
   uint64_t process_us = 0;
+  // Busy time of the pinned CPU as /proc/stat counts it (user, nice, system, irq, softirq and
+  // steal, in clock ticks, so +-10 ms): minus the engine thread's own, what else ran there (other
+  // load, kernel workers, the hypervisor). And how often the engine thread was preempted.
+  uint64_t pinned_cpu_busy_us = 0;
+  uint64_t involuntary_switches = 0;
+  double seconds = 0;  // the measured window
   // PollOnce turns that finished no read: spinning while the device works. They cost user-space
   // instructions that scale with the device's latency, not with the reads.
   uint64_t empty_polls = 0;
@@ -110,10 +116,32 @@ struct CpuSample {
   uint64_t thread_user_us = 0;
   uint64_t thread_sys_us = 0;
   uint64_t process_us = 0;
+  uint64_t pinned_cpu_busy_us = 0;
+  uint64_t involuntary_switches = 0;
 };
 
 uint64_t Microseconds(const timeval& t) {
   return static_cast<uint64_t>(t.tv_sec) * 1000000 + static_cast<uint64_t>(t.tv_usec);
+}
+
+// Non-idle time of `cpu` so far, from its /proc/stat line; 0 if unreadable.
+uint64_t CpuBusyUs(int cpu) {
+  FILE* stat = fopen("/proc/stat", "r");
+  if (stat == nullptr) return 0;
+  const std::string prefix = absl::StrCat("cpu", cpu, " ");
+  char line[512];
+  uint64_t busy_ticks = 0;
+  while (fgets(line, sizeof(line), stat) != nullptr) {
+    if (strncmp(line, prefix.c_str(), prefix.size()) != 0) continue;
+    unsigned long long v[8] = {};  // user nice system idle iowait irq softirq steal
+    if (sscanf(line + prefix.size(), "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+               &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+      busy_ticks = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    }
+    break;
+  }
+  fclose(stat);
+  return busy_ticks * 1000000 / static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
 }
 
 CpuSample SampleCpu() {
@@ -122,7 +150,8 @@ CpuSample SampleCpu() {
   getrusage(RUSAGE_THREAD, &thread);
   getrusage(RUSAGE_SELF, &process);
   return CpuSample{Microseconds(thread.ru_utime), Microseconds(thread.ru_stime),
-                   Microseconds(process.ru_utime) + Microseconds(process.ru_stime)};
+                   Microseconds(process.ru_utime) + Microseconds(process.ru_stime),
+                   CpuBusyUs(absl::GetFlag(FLAGS_cpu)), static_cast<uint64_t>(thread.ru_nivcsw)};
 }
 
 struct Loop {
@@ -237,6 +266,9 @@ absl::StatusOr<RunResult> RunEngine(Catalog& catalog, const std::string& file, u
   result.thread_user_us = cpu_at_end.thread_user_us - cpu_at_start.thread_user_us;
   result.thread_sys_us = cpu_at_end.thread_sys_us - cpu_at_start.thread_sys_us;
   result.process_us = cpu_at_end.process_us - cpu_at_start.process_us;
+  result.pinned_cpu_busy_us = cpu_at_end.pinned_cpu_busy_us - cpu_at_start.pinned_cpu_busy_us;
+  result.involuntary_switches = cpu_at_end.involuntary_switches - cpu_at_start.involuntary_switches;
+  result.seconds = seconds;
   result.empty_polls = empty_polls - empty_polls_at_start;
   storage::StatsSnapshot stats;
   stats.Add(e.stats());
@@ -442,11 +474,13 @@ int FileMain(const std::string& path, int cpu, const std::vector<int>& depths,
                 "\"iops\": %.1f, \"reads\": %u, \"errors\": %u, \"thread_user_us\": %u, "
                 "\"thread_sys_us\": %u, \"process_cpu_us\": %u, \"cpu_us_per_read\": %.4f, "
                 "\"process_cpu_us_per_read\": %.4f, \"empty_polls\": %u, \"p50_us\": %.1f, "
-                "\"p99_us\": %.1f}",
+                "\"p99_us\": %.1f, \"seconds\": %.4f, \"pinned_cpu_busy_us\": %u, "
+                "\"involuntary_switches\": %u}",
                 qd, simple, wait, target.route, result->iops, result->reads, result->errors,
                 result->thread_user_us, result->thread_sys_us, result->process_us, cpu_per_read,
                 process_per_read, result->empty_polls, result->p50_ns / 1000.0,
-                result->p99_ns / 1000.0));
+                result->p99_ns / 1000.0, result->seconds, result->pinned_cpu_busy_us,
+                result->involuntary_switches));
           } else {
             printf(
                 "%5d %6lu %5s %-14s %10.0f %9.3f %9.2f %7.2f %7.2f %9.3f %9.2f %8.1fu %8.1fu "

@@ -14,9 +14,9 @@
 # CPU time per read is ~1/IOPS) and block (sleep in io_uring_wait_cqe: the thread's CPU time per
 # read is the work a read costs). Then instructions per read under callgrind (user space only;
 # block waits, so no spinning is counted; (Ir(2N) - Ir(N)) / N cancels setup; valgrind 3.19 lacks
-# openat2, so tests/bench/valgrind_openat2_shim.cc is preloaded there). Prints one table: best
-# and median over the repeats, and the ratios to the first route, taken per repeat (routes run
-# side by side in the same run) and summarized as median [min..max].
+# openat2, so tests/bench/valgrind_openat2_shim.cc is preloaded there). Prints the table of
+# tests/bench/route_bench_table.py: per route best and median (of the repeats during which the CPU
+# was quieter), and the ratios of the routes taken within each repeat.
 #
 #   tests/bench/run_route_bench.sh [--cpu=1] [--runtime=1] [--ramp=0.25] [--repeats=15]
 #       [--qd=1,32,128] [--fs=ext4,xfs] [--routes=fiemap,fiemap-frozen,file] [--wait=spin,block]
@@ -146,78 +146,4 @@ fi
 
 [ -n "$keep_json" ] && mkdir -p "$keep_json" && cp "$work"/json/* "$keep_json"/
 
-/usr/bin/python3 - "$work/json" "$fs_list" "$routes" "$qd" "$waits" "$repeats" "$cg_reads" <<'PY'
-import json, os, statistics, sys
-
-directory, fs_list, routes, depths, waits, repeats, cg_reads = sys.argv[1:]
-fs_list, routes, waits = fs_list.split(","), routes.split(","), waits.split(",")
-depths, repeats, cg_reads = [int(q) for q in depths.split(",")], int(repeats), int(cg_reads)
-first = routes[0]
-
-runs = {}  # (fs, rep) -> {(qd, wait, route): row}
-for fs in fs_list:
-    for rep in range(1, repeats + 1):
-        with open(os.path.join(directory, f"run.{fs}.{rep}.json")) as f:
-            doc = json.load(f)
-        runs[fs, rep] = {(r["qd"], r["wait"], r["route"]): r for r in doc["rows"]}
-
-def cpu_per_read(row):
-    return (row["thread_user_us"] + row["thread_sys_us"]) / max(row["reads"], 1)
-
-def instructions(fs, route, qd):
-    base = os.path.join(directory, f"cg.{fs}.{route}.{qd}")
-    try:
-        with open(f"{base}.{cg_reads}.ir") as a, open(f"{base}.{2 * cg_reads}.ir") as b:
-            return (int(b.read()) - int(a.read())) / cg_reads
-    except (OSError, ValueError):
-        return None
-
-def median(values):
-    return statistics.median(values) if values else float("nan")
-
-def spread(values):
-    return f"{median(values):.3f} [{min(values):.3f}..{max(values):.3f}]"
-
-print(f"4 KiB random reads of a 512 MiB file, engine on one CPU; {repeats} repeats: best / median,"
-      f" ratios to {first} per repeat as median [min..max]")
-print("cpu us/rd: the engine thread's user+sys per read (usr/sys: medians); spin: it never sleeps,"
-      " so cpu ~ 1e6/IOPS; block: it sleeps while reads are out, so cpu = the reads' work")
-print("Ir/rd: user-space instructions per read (callgrind, wait=block, QD as in the row)")
-header = (f"{'fs':5} {'qd':>4} {'wait':5} {'route':14} {'IOPS best':>10} {'median':>9}"
-          f" {'IOPS/' + first:>22} {'cpu us/rd best':>14} {'median':>7} {'usr':>6} {'sys':>6}"
-          f" {'cpu/' + first:>22} {'Ir/rd':>7} {'Ir/' + first:>9}")
-print(header)
-for wait in waits:
-    for fs in fs_list:
-        for qd in depths:
-            for route in routes:
-                rows = [runs[fs, rep].get((qd, wait, route)) for rep in range(1, repeats + 1)]
-                bases = [runs[fs, rep].get((qd, wait, first)) for rep in range(1, repeats + 1)]
-                if any(r is None for r in rows):
-                    continue
-                iops = [r["iops"] for r in rows]
-                cpu = [cpu_per_read(r) for r in rows]
-                usr = median([r["thread_user_us"] / max(r["reads"], 1) for r in rows])
-                sys_ = median([r["thread_sys_us"] / max(r["reads"], 1) for r in rows])
-                if route == first:
-                    iops_ratio = cpu_ratio = "-"
-                else:
-                    iops_ratio = spread([r["iops"] / b["iops"] for r, b in zip(rows, bases)])
-                    cpu_ratio = spread([cpu_per_read(r) / cpu_per_read(b) for r, b in zip(rows, bases)])
-                # callgrind runs wait=block; its counts go on those rows
-                ir = instructions(fs, route, qd) if wait == "block" or "block" not in waits else None
-                ir_base = instructions(fs, first, qd)
-                ir_text = f"{ir:.0f}" if ir is not None else "-"
-                ir_ratio = (f"{ir / ir_base:.3f}" if ir is not None and ir_base and route != first
-                            else "-")
-                print(f"{fs:5} {qd:>4} {wait:5} {route:14} {max(iops):>10.0f} {median(iops):>9.0f}"
-                      f" {iops_ratio:>22} {min(cpu):>14.2f} {median(cpu):>7.2f} {usr:>6.2f}"
-                      f" {sys_:>6.2f} {cpu_ratio:>22} {ir_text:>7} {ir_ratio:>9}")
-        print()
-# io_uring may punt a read it cannot issue without blocking to io-wq threads of this process,
-# whose CPU time the engine thread's does not include: say so if that happened.
-worst = max(r["process_cpu_us"] / max(r["thread_user_us"] + r["thread_sys_us"], 1)
-            for rows in runs.values() for r in rows.values())
-print(f"process CPU / engine thread CPU, worst run: {worst:.3f}"
-      + (" (other threads of the process did work: io-wq punts?)" if worst > 1.05 else ""))
-PY
+/usr/bin/python3 "$root/tests/bench/route_bench_table.py" "$work/json"
