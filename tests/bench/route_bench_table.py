@@ -37,6 +37,61 @@ def spread(values):
     return f"{statistics.median(values):.3f} [{min(values):.3f}..{max(values):.3f}]"
 
 
+# Kernel functions the table shows, by column; the first of a column's names present counts.
+PERF_COLUMNS = [
+    ("io_read", ["io_read"]),  # io_uring's read op: the route's whole submission
+    ("read_iter", ["blkdev_read_iter", "ext4_file_read_iter", "xfs_file_read_iter"]),
+    ("iomap_dio", ["iomap_dio_rw"]),
+    ("iomap_begin", ["ext4_iomap_begin", "xfs_read_iomap_begin"]),
+    ("blk_submit", ["blk_mq_submit_bio"]),
+    ("fstatat", ["vfs_fstatat"]),  # the catalog's per-read stat of an imported file
+    ("cq_wait", ["io_cqring_wait"]),  # sleeping for completions (wait=block)
+]
+
+
+def perf_cells(base):
+    """us per read of each PERF_COLUMNS entry in one profiled run (base.txt, base.json)."""
+    with open(base + ".json") as f:
+        row = json.load(f)["rows"][0]
+    share = {}
+    with open(base + ".txt") as f:
+        for line in f:
+            m = re.match(r"\s*([\d.]+)%\s+[\d.]+%\s+\[k\]\s+(\S+)\s*$", line)
+            if m:
+                share.setdefault(m.group(2), float(m.group(1)) / 100)
+    cpu = per_read(row, cpu_us(row))
+    cells = [cpu]
+    for _, names in PERF_COLUMNS:
+        cells.append(next((share[n] * cpu for n in names if share.get(n, 0) >= 0.005), None))
+    return row["qd"], cells
+
+
+def print_perf(directory, fs_list, routes):
+    """perf.<fs>.<route>.<repeat>.txt: `perf report --children --sort sym -g none` of one run."""
+    found = False
+    for fs in fs_list:
+        for route in routes:
+            runs = [perf_cells(path[:-4]) for path in
+                    sorted(glob.glob(os.path.join(directory, f"perf.{fs}.{route}.*.txt")))
+                    if os.path.exists(path[:-4] + ".json")]
+            if not runs:
+                continue
+            if not found:
+                found = True
+                print()
+                print("kernel time of the engine thread by function (perf cpu-clock samples,"
+                      " wait=block): inclusive share x cpu/rd = us per read, median of"
+                      f" {len(runs)} runs per route")
+                print(f"{'fs':5} {'qd':>4} {'route':14} {'cpu/rd':>6}"
+                      + "".join(f" {name:>11}" for name, _ in PERF_COLUMNS))
+            text = []
+            for i in range(len(PERF_COLUMNS) + 1):
+                values = [cells[i] for _, cells in runs if cells[i] is not None]
+                text.append(f"{statistics.median(values):.2f}" if values else "-")
+            print(f"{fs:5} {runs[0][0]:>4} {route:14} {text[0]:>6}"
+                  + "".join(f" {cell:>11}" for cell in text[1:]))
+
+
 def main():
     directory = sys.argv[1]
     runs = {}  # (fs, repeat) -> {(qd, wait, route): row}
@@ -128,6 +183,8 @@ def main():
                         print(f"{fs:5} {qd:>4} {wait:5} {a + ' / ' + b:30} {iops:>22} {cpu:>22}"
                               f" {ir:>6}")
             print()
+
+    print_perf(directory, fs_list, routes)
 
     worst = max(r["process_cpu_us"] / max(cpu_us(r), 1)
                 for rows in runs.values() for r in rows.values())

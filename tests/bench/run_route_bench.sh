@@ -14,13 +14,16 @@
 # CPU time per read is ~1/IOPS) and block (sleep in io_uring_wait_cqe: the thread's CPU time per
 # read is the work a read costs). Then instructions per read under callgrind (user space only;
 # block waits, so no spinning is counted; (Ir(2N) - Ir(N)) / N cancels setup; valgrind 3.19 lacks
-# openat2, so tests/bench/valgrind_openat2_shim.cc is preloaded there). Prints the table of
+# openat2, so tests/bench/valgrind_openat2_shim.cc is preloaded there). Then a perf profile of
+# each route (where the engine thread's kernel time goes, in us per read; median of
+# --perf-repeats runs). Prints the table of
 # tests/bench/route_bench_table.py: per route best and median (of the repeats during which the CPU
 # was quieter), and the ratios of the routes taken within each repeat.
 #
 #   tests/bench/run_route_bench.sh [--cpu=1] [--runtime=1] [--ramp=0.25] [--repeats=15]
 #       [--qd=1,32,128] [--fs=ext4,xfs] [--routes=fiemap,fiemap-frozen,file] [--wait=spin,block]
-#       [--image-dir=/dev/shm] [--callgrind-reads=50000] [--no-callgrind] [--keep-json=DIR]
+#       [--image-dir=/dev/shm] [--callgrind-reads=50000] [--no-callgrind] [--perf-qd=128]
+#       [--perf-repeats=3] [--no-perf] [--keep-json=DIR]
 # --image-dir holds the loop images: tmpfs by default, so the "device" is fast and the CPU cost of
 # each route shows (a disk-backed image makes both routes wait on the disk). NICE=-N raises the
 # engine's priority against other load on its CPU. Needs root. Builds into build/bench
@@ -30,7 +33,7 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 cpu=1 runtime=1 ramp=0.25 repeats=15 qd=1,32,128 fs_list=ext4,xfs
 routes=fiemap,fiemap-frozen,file waits=spin,block image_dir=/dev/shm cg_reads=50000
-callgrind=1 keep_json=""
+callgrind=1 perf_qd=128 perf_repeats=3 keep_json=""
 nice=${NICE:-0}
 for arg in "$@"; do
   case "$arg" in
@@ -45,6 +48,9 @@ for arg in "$@"; do
     --image-dir=*) image_dir=${arg#*=} ;;
     --callgrind-reads=*) cg_reads=${arg#*=} ;;
     --no-callgrind) callgrind=0 ;;
+    --perf-qd=*) perf_qd=${arg#*=} ;;
+    --perf-repeats=*) perf_repeats=${arg#*=} ;;
+    --no-perf) perf_qd="" ;;
     --keep-json=*) keep_json=${arg#*=} ;;
     -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "run_route_bench: unknown argument $arg (see --help)" >&2; exit 2 ;;
@@ -138,6 +144,35 @@ if [ "$callgrind" = 1 ]; then
               awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}' >"$out.ir"
             rm -f "$out.out"
           done
+        done
+      done
+    done
+  fi
+fi
+
+# Where the engine thread's kernel time goes, per route: one run each at --perf-qd, wait=block,
+# sampled with perf's cpu-clock (a software event: this VM has no hardware counters), routes
+# alternating. The table
+# turns each function's inclusive share into microseconds per read.
+if [ -n "$perf_qd" ]; then
+  if ! command -v perf >/dev/null; then
+    echo "run_route_bench: perf is not installed: no kernel profile" >&2
+  else
+    echo "run_route_bench: perf profile of each route at QD $perf_qd, $perf_repeats repeats" >&2
+    for ((rep = 1; rep <= perf_repeats; rep++)); do
+      for fs in ${fs_list//,/ }; do
+        for route in ${routes//,/ }; do
+          out="$work/json/perf.$fs.$route.$rep"
+          if ! perf record -q -e cpu-clock -F 10000 -g -o "$out.data" -- taskset -c "$cpu" \
+            "$bench" --file="$work/mnt-$fs/data" --cpu="$cpu" --route="$route" --qd="$perf_qd" \
+            --wait=block --simple_max_bytes=4096 --runtime=4 --ramp=0.5 --nofio --json \
+            >"$out.json" 2>"$out.log"; then
+            cat "$out.log" >&2
+            exit 1
+          fi
+          perf report -q -i "$out.data" --children --sort sym -g none --stdio >"$out.txt" \
+            2>/dev/null
+          rm -f "$out.data"
         done
       done
     done
