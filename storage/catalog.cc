@@ -554,6 +554,12 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source) {
   }
   if (!watcher_) {
     BlockLeaseSignals();  // in this thread and the threads it starts from now on
+    // One descriptor per served file: take the whole hard limit (the soft one is often 1024).
+    rlimit files = {};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     auto watcher = std::make_unique<Watcher>(*this);
     if (absl::Status started = watcher->Start(); !started.ok()) return started;
     watcher_ = std::move(watcher);
