@@ -436,7 +436,9 @@ class Sampler {
                 (tick - run_.start_ns) / 1e9, second.iops(), second.bandwidth() / 1048576.0,
                 FormatUs(second.p50_ns).c_str(), FormatUs(second.p99_ns).c_str());
       }
-      last_ = now;
+      // Up to the measured run's start nothing is counted, but this thread may wake late, when
+      // reads of the run are: they belong to the first measured second, so keep counting from 0.
+      if (tick > run_.measure_start_ns) last_ = now;
       last_ns_ = tick;
     }
   }
