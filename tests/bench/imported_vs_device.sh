@@ -22,7 +22,9 @@ build=${BUILD_DIR:-build/release}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target blockread-server blockread >/dev/null
 
-work=$(mktemp -d)
+# The image lives in /dev/shm and is fully allocated: reads of the whole device would otherwise
+# often land in holes of a sparse backing file, which cost the loop driver no I/O at all.
+work=$(mktemp -d /dev/shm/blockread-imported-XXXXXX)
 loop=""
 server=""
 cleanup() {
@@ -32,7 +34,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-truncate -s 1G "$work/disk.img"
+dd if=/dev/zero of="$work/disk.img" bs=1M count=1024 status=none
 loop=$(losetup --find --show --direct-io=on "$work/disk.img")
 mkfs.ext4 -q -F "$loop"
 mkdir -p "$work/mnt"
