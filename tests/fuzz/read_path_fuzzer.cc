@@ -45,8 +45,9 @@ void CheckPlan(const FileMap& map, uint64_t offset, uint64_t length, uint64_t ma
   const uint64_t capacity = length + 2 * block;
   std::fill(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(capacity), kUnwritten);
   std::vector<PlannedIo> ios;
-  const GenericPlan plan = PlanGenericRead(map, map.size(), offset, length, max_io_bytes, buffer.data(),
-                                           [&](const PlannedIo& io) { ios.push_back(io); });
+  const GenericPlan plan =
+      PlanGenericRead(map, map.size(), offset, length, max_io_bytes, buffer.data(),
+                      [&](const PlannedIo& io) { ios.push_back(io); });
   const uint64_t wanted = std::min(length, map.size() - offset);
   FUZZ_CHECK(plan.data_length == wanted);
   FUZZ_CHECK(plan.data_offset == offset % block);
