@@ -36,11 +36,21 @@ absl::Status UnknownFileError(absl::string_view name) {
 
 int LeaseBreakSignal() { return SIGRTMIN + 4; }
 
-void BlockLeaseSignals() {
+namespace {
+
+// The lease-break signal, and SIGIO, which the kernel sends instead when its signal queue is full.
+sigset_t LeaseSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, LeaseBreakSignal());
   sigaddset(&signals, SIGIO);
+  return signals;
+}
+
+}  // namespace
+
+void BlockLeaseSignals() {
+  const sigset_t signals = LeaseSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 }
 
@@ -181,11 +191,8 @@ class Catalog::Watcher {
   void Run(std::promise<absl::Status>& started) {
     // The lease signal is aimed at this thread only (F_SETOWN_EX); a plain SIGIO replaces it
     // when the kernel's signal queue overflows. Both are read from the signalfd.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, LeaseBreakSignal());
-    sigaddset(&signals, SIGIO);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    BlockLeaseSignals();
+    const sigset_t signals = LeaseSignals();
     signal_fd_ = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
     tid_ = gettid();
     if (signal_fd_ < 0) {
