@@ -134,7 +134,7 @@ TEST_P(StalenessTest, GrownAndTruncatedIsCurrentAtOnce) {
   ExpectEngineServesCurrentBytes(engine(), "file", path_);
   ASSERT_EQ(truncate(path_.c_str(), 5000), 0);  // breaks the lease too (no open involved)
   ExpectEngineServesCurrentBytes(engine(), "file", path_);
-  catalog_.WaitUntilCurrent();
+  ExpectLeasedAgain("file");
   EXPECT_EQ((*catalog_.Resolve("file"))->size(), 5000u);
   ExpectEngineServesCurrentBytes(engine(), "file", path_);
 }
