@@ -227,7 +227,7 @@ void Worker::Loop() {
       counters_.empty_polls.Add(1);
     }
     turn_start = now;
-    if (turn == Turn::kBusy || engine_->reads_in_flight() > 0) {
+    if (turn == Turn::kBusy || engine_->reads_in_flight() > 0 || engine_->waiting_for_names()) {
       idle_since = 0;
       continue;
     }

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <future>
 #include <system_error>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -115,11 +116,13 @@ bool RawBytesMatchFile(const FileMap& map, int file_fd, const Device& disk) {
   return true;
 }
 
-constexpr uint32_t kDirectoryEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
-                                      IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF |
-                                      IN_MOVE_SELF | IN_ONLYDIR;
+// Two inotify instances watch each served directory. Name events have one of their own, because
+// every worker polls it before resolving names (see NameEventsFd()): writes to files (IN_MODIFY on
+// each write()) must not make the workers wait for the watcher.
 constexpr uint32_t kNameEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM;
 constexpr uint32_t kContentEvents = IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB;
+constexpr uint32_t kNameWatch = kNameEvents | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+constexpr uint32_t kContentWatch = kContentEvents | IN_ONLYDIR;
 
 }  // namespace
 
@@ -151,8 +154,10 @@ class Catalog::Watcher {
   explicit Watcher(Catalog& catalog) : catalog_(catalog) {}
 
   absl::Status Start() {
-    inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (inotify_fd_ < 0) return PosixError(errno, "inotify_init1 (watching served files)");
+    for (int* fd : {&names_fd_, &contents_fd_}) {
+      *fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+      if (*fd < 0) return PosixError(errno, "inotify_init1 (watching served files)");
+    }
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return PosixError(errno, "eventfd");
     std::promise<absl::Status> started;
@@ -167,19 +172,30 @@ class Catalog::Watcher {
       Wake();
       thread_.join();
     }
-    for (int fd : {signal_fd_, inotify_fd_, wake_fd_}) {
+    for (int fd : {signal_fd_, names_fd_, contents_fd_, wake_fd_}) {
       if (fd >= 0) close(fd);
     }
   }
 
   pid_t tid() const { return tid_; }
-  int inotify_fd() const { return inotify_fd_; }
+  int names_fd() const { return names_fd_; }
+  int contents_fd() const { return contents_fd_; }
 
-  void WaitUntilCurrent() {
-    std::unique_lock lock(mu_);
-    const uint64_t ticket = ++requested_;
+  // A ticket for every change queued before the call; the watcher wakes and handles them.
+  uint64_t RequestCatchUp() {
+    // Counted before the wake-up: the watcher drains the eventfd before it reads requested_, so
+    // either it sees this ticket or the eventfd wakes it again.
+    const uint64_t ticket = requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
     Wake();
-    handled_cv_.wait(lock, [&] { return handled_ >= ticket; });
+    return ticket;
+  }
+  bool HasHandled(uint64_t ticket) const {
+    return handled_.load(std::memory_order_acquire) >= ticket;
+  }
+  void WaitUntilCurrent() {
+    const uint64_t ticket = RequestCatchUp();
+    std::unique_lock lock(mu_);
+    handled_cv_.wait(lock, [&] { return HasHandled(ticket); });
   }
 
  private:
@@ -209,29 +225,32 @@ class Catalog::Watcher {
             catalog_.by_display_path_.begin(), catalog_.by_display_path_.end(),
             [](const auto& item) { return item.second->retry_lease && !item.second->leased; });
       }
-      pollfd fds[3] = {{signal_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      const int ready = poll(fds, 3, retry_pending ? 1000 : -1);
+      pollfd fds[4] = {{signal_fd_, POLLIN, 0},
+                       {names_fd_, POLLIN, 0},
+                       {contents_fd_, POLLIN, 0},
+                       {wake_fd_, POLLIN, 0}};
+      const int ready = poll(fds, 4, retry_pending ? 1000 : -1);
       if (ready < 0 && errno != EINTR) {
         LogError(PosixErrorMessage(errno, "file watcher: poll"));
         return;
       }
-      uint64_t ticket;
-      {
-        uint64_t ignored;
-        while (read(wake_fd_, &ignored, sizeof(ignored)) > 0) {
-        }
-        std::lock_guard lock(mu_);
-        ticket = requested_;
+      uint64_t ignored;
+      while (read(wake_fd_, &ignored, sizeof(ignored)) > 0) {
       }
+      const uint64_t ticket = requested_.load(std::memory_order_acquire);
       {
         std::lock_guard lock(catalog_.watch_mu_);
         HandleSignals();
-        HandleNameEvents();
+        // Odd while name events may have been read and not yet applied: a worker whose poll of
+        // names_fd_ finds it drained cannot tell that from "no event" (storage/name_sync.h).
+        catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
+        HandleInotifyEvents();
+        catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
         if (ready == 0) catalog_.RetryLeases();
       }
       {
-        std::lock_guard lock(mu_);
-        handled_ = ticket;
+        std::lock_guard lock(mu_);  // so that no WaitUntilCurrent() misses the notification
+        handled_.store(ticket, std::memory_order_release);
       }
       handled_cv_.notify_all();
     }
@@ -260,31 +279,11 @@ class Catalog::Watcher {
     }
   }
 
-  void HandleNameEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
-    alignas(inotify_event) char buffer[64 * 1024];
+  void HandleInotifyEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
     std::vector<FileEntry*> renamed;
     std::vector<FileEntry*> changed;
-    bool rescan = false;
-    for (;;) {
-      const ssize_t n = read(inotify_fd_, buffer, sizeof(buffer));
-      if (n <= 0) break;
-      for (ssize_t at = 0; at < n;) {
-        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
-        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
-        if (event->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
-          rescan = true;  // events lost, or a served directory went away: check every name
-          continue;
-        }
-        if (event->len == 0) continue;
-        auto directory = catalog_.watched_directories_.find(event->wd);
-        if (directory == catalog_.watched_directories_.end()) continue;
-        auto entry =
-            catalog_.by_display_path_.find(absl::StrCat(directory->second, "/", event->name));
-        if (entry == catalog_.by_display_path_.end()) continue;
-        if (event->mask & kNameEvents) renamed.push_back(entry->second);
-        if (event->mask & kContentEvents) changed.push_back(entry->second);
-      }
-    }
+    bool rescan = ReadEvents(names_fd_, catalog_.name_watches_, renamed);
+    rescan |= ReadEvents(contents_fd_, catalog_.content_watches_, changed);
     if (rescan) {
       LogWarning("file watcher: events lost or a served directory moved; re-checking every file");
       catalog_.Rescan();
@@ -308,17 +307,48 @@ class Catalog::Watcher {
     }
   }
 
+  // Reads every event queued on `fd` (one of the two inotify instances), adding the served files
+  // they name to `files`. True when events were lost or a served directory went away.
+  bool ReadEvents(int fd, const absl::flat_hash_map<int, std::string>& directories,
+                  std::vector<FileEntry*>& files)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    alignas(inotify_event) char buffer[64 * 1024];
+    bool rescan = false;
+    for (;;) {
+      const ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      for (ssize_t at = 0; at < n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+        if (event->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+          rescan = true;  // events lost, or a served directory went away: check every name
+          continue;
+        }
+        if (event->len == 0) continue;
+        auto directory = directories.find(event->wd);
+        if (directory == directories.end()) continue;
+        auto entry =
+            catalog_.by_display_path_.find(absl::StrCat(directory->second, "/", event->name));
+        if (entry != catalog_.by_display_path_.end()) files.push_back(entry->second);
+      }
+    }
+    return rescan;
+  }
+
   Catalog& catalog_;
   int signal_fd_ = -1;
-  int inotify_fd_ = -1;
+  int names_fd_ = -1;     // kNameWatch on every served directory; workers poll it too
+  int contents_fd_ = -1;  // kContentWatch on every served directory
   int wake_fd_ = -1;
   pid_t tid_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  // Tickets: requested_ counts RequestCatchUp() calls; handled_ is the last one whose changes
+  // the watcher has handled. mu_ only pairs handled_cv_ with handled_ for blocking waiters.
+  std::atomic<uint64_t> requested_{0};
+  std::atomic<uint64_t> handled_{0};
   std::mutex mu_;
   std::condition_variable handled_cv_;
-  uint64_t requested_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t handled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 Catalog::Catalog() = default;
@@ -593,9 +623,13 @@ absl::Status Catalog::Watch(FileEntry& entry) {
   by_lease_fd_[fd] = &entry;
   const std::string display = entry.source.display();
   const std::string directory = display.substr(0, display.rfind('/'));
-  const int wd = inotify_add_watch(watcher_->inotify_fd(), directory.c_str(), kDirectoryEvents);
-  if (wd < 0) return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
-  watched_directories_[wd] = directory;
+  for (const auto& [fd, mask, directories] :
+       {std::tuple{watcher_->names_fd(), kNameWatch, &name_watches_},
+        std::tuple{watcher_->contents_fd(), kContentWatch, &content_watches_}}) {
+    const int wd = inotify_add_watch(fd, directory.c_str(), mask);
+    if (wd < 0) return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
+    (*directories)[wd] = directory;
+  }
   by_display_path_[display] = &entry;
   return absl::OkStatus();
 }
@@ -747,6 +781,14 @@ RouteCounts Catalog::route_counts() const {
 
 void Catalog::WaitUntilCurrent() {
   if (watcher_) watcher_->WaitUntilCurrent();
+}
+
+int Catalog::NameEventsFd() const { return watcher_ ? watcher_->names_fd() : -1; }
+
+uint64_t Catalog::RequestCatchUp() { return watcher_ ? watcher_->RequestCatchUp() : 0; }
+
+bool Catalog::HasCaughtUp(uint64_t ticket) const {
+  return !watcher_ || watcher_->HasHandled(ticket);
 }
 
 std::vector<std::string> Catalog::FileNames() const {

@@ -133,6 +133,26 @@ class Catalog {
   // inotify event or lease break already queued). For tests and tools; never on a worker.
   void WaitUntilCurrent();
 
+  // Name changes, for the read path (storage/name_sync.h). inotify queues a rename's or unlink's
+  // event inside the syscall, but the watcher applies it later: a read that starts after
+  // rename() returned must not resolve the name before then.
+  //
+  // A descriptor that polls readable (POLLIN) while a name event in a served directory (create,
+  // remove, rename; not writes) waits for the watcher; -1 when no imported file is watched.
+  // Poll it; never read it.
+  int NameEventsFd() const;
+  // Asks the watcher to handle every change queued before the call, without waiting; returns the
+  // ticket HasCaughtUp() takes. Wakes the watcher (one eventfd write). Any thread.
+  uint64_t RequestCatchUp();
+  // Whether the watcher has handled the changes of `ticket`: one acquire load. Any thread.
+  bool HasCaughtUp(uint64_t ticket) const;
+  // Whether the watcher may be between reading name events from NameEventsFd() and applying
+  // them (the descriptor no longer polls readable, yet the names are not current): one acquire
+  // load. Any thread.
+  bool ApplyingNameEvents() const {
+    return (name_events_seq_.load(std::memory_order_acquire) & 1) != 0;
+  }
+
   // All file names, sorted.
   std::vector<std::string> FileNames() const;
   size_t file_count() const { return files_.size(); }
@@ -174,8 +194,12 @@ class Catalog {
   std::mutex watch_mu_;
   absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);
   absl::flat_hash_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
-  absl::flat_hash_map<int, std::string> watched_directories_ ABSL_GUARDED_BY(watch_mu_);
+  // The served directories, by watch descriptor, in each inotify instance.
+  absl::flat_hash_map<int, std::string> name_watches_ ABSL_GUARDED_BY(watch_mu_);
+  absl::flat_hash_map<int, std::string> content_watches_ ABSL_GUARDED_BY(watch_mu_);
   std::unique_ptr<Watcher> watcher_;
+  // Odd while the watcher reads and applies inotify events (see ApplyingNameEvents()).
+  std::atomic<uint64_t> name_events_seq_{0};
 };
 
 }  // namespace blockread::storage

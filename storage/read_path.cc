@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "storage/clock.h"
 #include "storage/log.h"
+#include "storage/name_sync.h"
 #include "storage/psync_backend.h"
 #include "storage/read_slot.h"
 #include "storage/ring.h"
@@ -169,6 +170,10 @@ absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
     free_generic_.push_back(&slot);
   }
   ready_.reserve(simple_count + config_.generic_slots);
+
+  auto name_sync = NameSync::Create(catalog_, /*use_io_uring=*/!psync);
+  if (!name_sync.ok()) return name_sync.status();
+  name_sync_ = *std::move(name_sync);
   return absl::OkStatus();
 }
 
@@ -220,6 +225,12 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   if (absl::Status valid = ValidateReadRange(config_, request.offset, request.length);
       !valid.ok()) {
     return valid;
+  }
+  // A rename or unlink in a served directory that the catalog has not applied yet: wait for it
+  // (storage/name_sync.h). Two loads from shared memory when there is none.
+  if (name_sync_ != nullptr && !name_sync_->ReadyToResolve()) [[unlikely]] {
+    *busy = true;
+    return absl::OkStatus();
   }
   const uint8_t epoch_parity = epoch_reader_->Enter();
   absl::Status unavailable;

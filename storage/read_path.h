@@ -22,6 +22,7 @@
 #include "storage/catalog.h"
 #include "storage/engine_config.h"
 #include "storage/io_backend.h"
+#include "storage/name_sync.h"
 #include "storage/stats.h"
 
 namespace blockread::storage {
@@ -100,8 +101,10 @@ enum class StartOutcome : uint8_t {
   // overflow, or the catalog's error for a file it cannot serve right now, which may be any code,
   // RESOURCE_EXHAUSTED included). done() will not run.
   kCompleted,
-  // Every slot of the path the read needs is taken. Nothing happened and nothing was built: no
-  // Status, no allocation. Try again after PollOnce() has delivered something.
+  // Every slot of the path the read needs is taken, or a name change in a served directory is
+  // still being applied (waiting_for_names()). Nothing happened and nothing was built: no Status,
+  // no allocation. Try again after PollOnce() has delivered something, or on a later turn while
+  // waiting_for_names().
   kBusy,
 };
 
@@ -152,6 +155,9 @@ class EngineContext {
 
   // Reads queued and not yet delivered.
   uint32_t reads_in_flight() const { return reads_in_flight_; }
+  // Reads answer kBusy until the catalog has applied a rename or unlink in a served directory
+  // (a wait on another thread, typically well under a millisecond): keep the loop turning.
+  bool waiting_for_names() const { return name_sync_ != nullptr && name_sync_->catching_up(); }
   const StatsShard& stats() const { return stats_; }
   // The backend this context uses for `device`.
   BackendKind backend(DeviceId device) const { return backend_of_device_[device]->kind(); }
@@ -196,6 +202,8 @@ class EngineContext {
   // Reads that finished without I/O, or whose last I/O completed, awaiting delivery.
   std::vector<ReadSlot*> ready_;
   uint32_t reads_in_flight_ = 0;
+  // Null when no name of the catalog can change (nothing FIEMAP-imported).
+  std::unique_ptr<NameSync> name_sync_;
 };
 
 }  // namespace blockread::storage

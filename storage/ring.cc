@@ -1,5 +1,7 @@
 #include "storage/ring.h"
 
+#include <poll.h>
+
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +67,14 @@ absl::Status Ring::RegisterFiles(const std::vector<int>& fds) {
   const int result = io_uring_register_files(&ring_, fds.data(), static_cast<unsigned>(fds.size()));
   if (result < 0) return PosixError(-result, "io_uring_register_files");
   return absl::OkStatus();
+}
+
+bool Ring::ArmPoll(int fd, uint64_t user_data) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return false;
+  io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+  io_uring_sqe_set_data64(sqe, user_data);
+  return io_uring_submit(&ring_) == 1;
 }
 
 absl::Status Ring::RegisterBuffers(const std::vector<iovec>& buffers) {

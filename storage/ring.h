@@ -91,6 +91,31 @@ class Ring {
     }
   }
 
+  // Arms a multishot POLL_ADD of `fd` for POLLIN and submits it: a completion carrying
+  // `user_data` each time `fd` is woken (IORING_CQE_F_MORE while it stays armed). Not counted in
+  // inflight(); reap its completions with ReapUncounted(). False when the kernel refused it.
+  bool ArmPoll(int fd, uint64_t user_data);
+  // Whether completions wait in the CQ ring, or the kernel has flagged completion work for this
+  // ring to run (IORING_SQ_TASKRUN, set when a wake-up queues it): loads from shared memory, no
+  // system call. Interrupt mode.
+  bool CompletionsPending() const {
+    return (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN) != 0 ||
+           io_uring_cq_ready(&ring_) > 0;
+  }
+  // Runs flagged completion work and calls on_cqe(user_data, res, flags) for every completion
+  // posted, for rings whose requests inflight() does not count (ArmPoll).
+  template <typename OnCqe>
+  void ReapUncounted(OnCqe&& on_cqe) {
+    if (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN) {
+      io_uring_get_events(&ring_);
+    }
+    io_uring_cqe* cqe;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      on_cqe(cqe->user_data, cqe->res, cqe->flags);
+      io_uring_cqe_seen(&ring_, cqe);
+    }
+  }
+
   // Blocks until at least one completion is available (used to drain at shutdown).
   void WaitForCompletion() {
     io_uring_cqe* cqe = nullptr;

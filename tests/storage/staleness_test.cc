@@ -1,8 +1,11 @@
 // A FIEMAP-imported file is never served stale (storage/catalog.h): the catalog holds a read lease
 // on it, so an open for writing or a truncate is held by the kernel until new reads go through
 // the file itself; the file is leased and mapped again once the writer is done. Names follow
-// renames and removals (inotify, asynchronously: these tests wait for the watcher where a name
-// changes). Reads go through the real engine; bytes are checked against the filesystem's own.
+// renames and removals: the catalog's watcher applies them asynchronously, but the engine waits
+// for it before it resolves a name after one (storage/name_sync.h), so an engine read right after
+// rename() or unlink() returned sees the change; Resolve() does not, and tests that use it wait
+// for the watcher. Reads go through the real engine; bytes are checked against the filesystem's
+// own.
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -156,26 +159,38 @@ TEST_P(StalenessTest, AFileOpenForWritingAtImportIsReadThroughTheFileUntilClosed
   ExpectEngineServesCurrentBytes(engine(), "busy", busy);
 }
 
-TEST_P(StalenessTest, ReplacedByRenameServesTheNewFile) {
+// Each read right after rename() returned gets the new file: the engine waits for the watcher to
+// apply the rename before it resolves the name. Replaced again and again, sizes alternating, read
+// by an io_uring engine (which polls the name events through a ring) and a psync one (poll(2)).
+TEST_P(StalenessTest, ReplacedByRenameServesTheNewFileAtOnce) {
+  EngineConfig psync_config;
+  psync_config.io_engine = IoEngine::kPsync;
+  auto psync = EngineContext::Create(catalog_, psync_config);
+  ASSERT_TRUE(psync.ok()) << psync.status();
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
   const std::string replacement = fs_->root() + "/replacement";
-  ASSERT_TRUE(WriteAt(replacement, 0, RandomBytes(300 * 1024, 6), false).ok());
-  ASSERT_EQ(rename(replacement.c_str(), path_.c_str()), 0);
+  for (int i = 0; i < 40; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(
+        WriteAt(replacement, 0, RandomBytes(i % 2 ? 300 * 1024 : 40 * 1024, 60 + i), false).ok());
+    ASSERT_EQ(rename(replacement.c_str(), path_.c_str()), 0);
+    ExpectEngineServesCurrentBytes(i % 4 < 2 ? engine() : **psync, "file", path_);
+  }
   ExpectLeasedAgain("file");
   ExpectEngineServesCurrentBytes(engine(), "file", path_);
 }
 
-TEST_P(StalenessTest, RemovedIsNotFoundAndServedAgainWhenItReturns) {
-  ASSERT_EQ(unlink(path_.c_str()), 0);
-  catalog_.WaitUntilCurrent();
-  auto map = catalog_.Resolve("file");
-  EXPECT_EQ(map.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(map.status().message().find("was removed since it was imported"), std::string::npos)
-      << map.status();
-  EXPECT_EQ(testing::ReadOnce(engine(), "file", 0, 4096).status.code(),
-            absl::StatusCode::kNotFound);
-  ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(12288, 7), false).ok());
-  catalog_.WaitUntilCurrent();
+TEST_P(StalenessTest, RemovedIsNotFoundAtOnceAndServedAgainWhenItReturns) {
   ExpectEngineServesCurrentBytes(engine(), "file", path_);
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  const testing::CompletedRead read = testing::ReadOnce(engine(), "file", 0, 4096);
+  EXPECT_EQ(read.status.code(), absl::StatusCode::kNotFound) << read.status;
+  EXPECT_NE(read.status.message().find("was removed since it was imported"), std::string::npos)
+      << read.status;
+  ASSERT_TRUE(WriteAt(path_, 0, RandomBytes(12288, 7), false).ok());
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
+  catalog_.WaitUntilCurrent();
+  EXPECT_TRUE(catalog_.Resolve("file").ok());
 }
 
 TEST_P(StalenessTest, UnknownFileIsNotFound) {
@@ -212,14 +227,16 @@ TEST_P(StalenessTest, ASymlinkRenamedOverAServedNameIsNeverFollowed) {
   ASSERT_TRUE(WriteAt(secret_path, 0, secret, true).ok());
   const std::string link = fs_->root() + "/.link";
   ASSERT_EQ(symlink(secret_path.c_str(), link.c_str()), 0);
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
   ASSERT_EQ(rename(link.c_str(), path_.c_str()), 0);
+  // At once: neither the old file nor the link's target.
+  testing::CompletedRead read = testing::ReadOnce(engine(), "file", 0, 4096);
+  EXPECT_EQ(read.status.code(), absl::StatusCode::kFailedPrecondition) << read.status;
+  EXPECT_EQ(std::count(read.data.begin(), read.data.end(), 'S'), 0);
   catalog_.WaitUntilCurrent();
   auto map = catalog_.Resolve("file");
   ASSERT_FALSE(map.ok()) << "a symlink was followed";
   EXPECT_EQ(map.status().code(), absl::StatusCode::kFailedPrecondition) << map.status();
-  testing::CompletedRead read = testing::ReadOnce(engine(), "file", 0, 4096);
-  EXPECT_FALSE(read.status.ok());
-  EXPECT_EQ(std::count(read.data.begin(), read.data.end(), 'S'), 0);
 }
 
 // A FIFO renamed over a served name must not hang the watcher (opening a FIFO for reading blocks

@@ -1,0 +1,57 @@
+#include "storage/name_sync.h"
+
+#include <poll.h>
+
+#include "storage/log.h"
+
+namespace blockread::storage {
+
+absl::StatusOr<std::unique_ptr<NameSync>> NameSync::Create(Catalog& catalog, bool use_io_uring) {
+  const int fd = catalog.NameEventsFd();
+  if (fd < 0) return nullptr;
+  std::unique_ptr<NameSync> sync(new NameSync(catalog, fd));
+  if (use_io_uring) {
+    auto ring = Ring::Create({.sq_entries = 2, .cq_entries = 16, .mode = PollMode::kInterrupt});
+    if (!ring.ok()) return ring.status();
+    if (!(*ring)->ArmPoll(fd, 0)) {
+      return absl::InternalError("io_uring refused a multishot poll of the name-event descriptor");
+    }
+    sync->ring_ = *std::move(ring);
+  }
+  // A change made before the poll was armed would go unseen: start caught up with the watcher.
+  sync->ticket_ = catalog.RequestCatchUp();
+  return sync;
+}
+
+bool NameSync::Woken() {
+  if (ring_ == nullptr) {
+    pollfd events = {fd_, POLLIN, 0};
+    return poll(&events, 1, 0) > 0;
+  }
+  bool woken = false;
+  bool armed = true;
+  ring_->ReapUncounted([&](uint64_t, int, uint32_t flags) {
+    woken = true;
+    if (!(flags & IORING_CQE_F_MORE)) armed = false;  // the kernel ended the multishot poll
+  });
+  if (!armed && !ring_->ArmPoll(fd_, 0)) {
+    LogWarning("name-event poll could not be re-armed on io_uring; polling it with poll(2)");
+    ring_.reset();
+  }
+  return woken;
+}
+
+bool NameSync::CatchUp() {
+  if (ticket_ != 0) {
+    if (!catalog_.HasCaughtUp(ticket_)) return false;
+    ticket_ = 0;
+  }
+  // Caught up with everything before the ticket; look again for anything since. Both are looked
+  // at: Woken() also consumes the poll's completions.
+  const bool woken = Woken();
+  if (!woken && !catalog_.ApplyingNameEvents()) return true;
+  ticket_ = catalog_.RequestCatchUp();
+  return false;
+}
+
+}  // namespace blockread::storage
