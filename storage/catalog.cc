@@ -93,15 +93,22 @@ bool RawBytesMatchFile(const FileMap& map, int file_fd, const Device& disk) {
   close(buffered);
   if (got != static_cast<ssize_t>(size)) return false;
   const uint64_t block = disk.logical_block_size();
+  // What the map serves as zeros (holes, unwritten extents, and the gaps between extents and
+  // after the last one, which read as holes) must be zeros in the file too.
+  const auto zeros_in_file = [&](uint64_t from, uint64_t to) {
+    return from >= to || std::all_of(expected.begin() + static_cast<ptrdiff_t>(from),
+                                     expected.begin() + static_cast<ptrdiff_t>(to),
+                                     [](char c) { return c == 0; });
+  };
+  uint64_t checked = 0;  // [0, checked) of the file is known to match
   for (const Extent& e : map.extents()) {
     const uint64_t end = std::min(e.logical_end(), size);
     if (e.logical_offset >= end) continue;
+    if (!zeros_in_file(checked, e.logical_offset)) return false;
+    checked = end;
     const uint64_t want = end - e.logical_offset;
     if (e.type != ExtentType::kMapped) {
-      if (std::any_of(expected.begin() + e.logical_offset, expected.begin() + end,
-                      [](char c) { return c != 0; })) {
-        return false;
-      }
+      if (!zeros_in_file(e.logical_offset, end)) return false;
       continue;
     }
     const uint64_t bytes = RoundUp(want, block);
@@ -113,7 +120,7 @@ bool RawBytesMatchFile(const FileMap& map, int file_fd, const Device& disk) {
     }
     if (memcmp(raw.get(), expected.data() + e.logical_offset, want) != 0) return false;
   }
-  return true;
+  return zeros_in_file(checked, size);
 }
 
 // Two inotify instances watch each served directory. Name events have one of their own, because
@@ -623,10 +630,10 @@ absl::Status Catalog::Watch(FileEntry& entry) {
   by_lease_fd_[fd] = &entry;
   const std::string display = entry.source.display();
   const std::string directory = display.substr(0, display.rfind('/'));
-  for (const auto& [fd, mask, directories] :
+  for (const auto& [inotify_fd, mask, directories] :
        {std::tuple{watcher_->names_fd(), kNameWatch, &name_watches_},
         std::tuple{watcher_->contents_fd(), kContentWatch, &content_watches_}}) {
-    const int wd = inotify_add_watch(fd, directory.c_str(), mask);
+    const int wd = inotify_add_watch(inotify_fd, directory.c_str(), mask);
     if (wd < 0) return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
     (*directories)[wd] = directory;
   }

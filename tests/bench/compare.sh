@@ -21,7 +21,10 @@
 #
 #   tests/bench/compare.sh [--runtime=10] [--ramp=2] [--size-mib=1024] [--stream-batch=8]
 #                          [--connections=4] [--keep-json=DIR]
-# Needs root (loop device). Build dir: $BUILD_DIR (default build/bench, RelWithDebInfo).
+# Needs root (loop device). Build dir: $BUILD_DIR (default build/bench, RelWithDebInfo). The image
+# goes in $IMAGE_DIR (default /var/tmp): on this project's shared machines the disk under /var/tmp
+# varies several-fold from minute to minute, so for a change on the CPU side (the server, the
+# client) put it in memory, IMAGE_DIR=/dev/shm, and the device stops being the bottleneck.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runtime=10 ramp=2 size_mib=1024 stream_batch=8 connections=4 keep_json=""
@@ -33,7 +36,7 @@ for arg in "$@"; do
     --stream-batch=*) stream_batch=${arg#*=} ;;
     --connections=*) connections=${arg#*=} ;;
     --keep-json=*) keep_json=${arg#*=} ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +53,7 @@ cmake --build "$build" --target blockread-server blockread >/dev/null
 server_bin=$build/server/blockread-server
 client_bin=$build/client/blockread
 
-work=$(mktemp -d /var/tmp/blockread-compare-XXXXXX)
+work=$(mktemp -d "${IMAGE_DIR:-/var/tmp}/blockread-compare-XXXXXX")
 loop="" peer_pid=""
 stop_peer() {
   if [ -n "$peer_pid" ]; then

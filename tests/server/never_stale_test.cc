@@ -458,18 +458,29 @@ class NeverStaleBase : public ::testing::Test {
     const std::string expected = FileBytes(path, offset, length);
     if (served->data() == expected) return {};
     uint64_t wrong_blocks = 0, filler_blocks = 0;
+    std::string first_difference;
     const std::string& got = served->data();
     for (uint64_t b = 0; b < std::max(got.size(), expected.size()); b += kBlock) {
       const std::string a = b < got.size() ? got.substr(b, kBlock) : "";
       const std::string e = b < expected.size() ? expected.substr(b, kBlock) : "";
       if (a == e) continue;
-      ++wrong_blocks;
+      if (++wrong_blocks == 1) {
+        uint64_t at = 0;
+        while (at < a.size() && at < e.size() && a[at] == e[at]) ++at;
+        first_difference = absl::StrCat(
+            "; the first at file offset ", offset + b + at, ", where ",
+            std::count(a.begin() + static_cast<ptrdiff_t>(at), a.end(), '\0'), " of the ",
+            a.size() - at, " bytes served to the block's end are zero");
+      }
       if (a.size() >= 8 && IsFillerBlock(a.data())) ++filler_blocks;
     }
+    // How the server reads the file now (it may have changed since the read).
+    auto info = client_->Stat(name);
     return {false, true,
             absl::StrCat(where, ": ", got.size(), " bytes served, ", expected.size(),
                          " in the filesystem; ", wrong_blocks, " blocks differ, ", filler_blocks,
-                         " of them the filler's")};
+                         " of them the filler's", first_difference, "; read now through ",
+                         info.ok() ? v1::FileSource_Name(info->source()) : "?")};
   }
 
   // CompareRead over the whole file in 1 MiB reads, plus reads at and past its end; the reads
