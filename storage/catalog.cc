@@ -173,12 +173,17 @@ class Catalog::Watcher {
     return result.get();
   }
 
-  ~Watcher() {
+  // Returns once the thread has finished its last handler and exited.
+  void Stop() {
     if (thread_.joinable()) {
       stop_.store(true);
       Wake();
       thread_.join();
     }
+  }
+
+  ~Watcher() {
+    Stop();
     for (int fd : {signal_fd_, names_fd_, contents_fd_, wake_fd_}) {
       if (fd >= 0) close(fd);
     }
@@ -361,7 +366,10 @@ class Catalog::Watcher {
 Catalog::Catalog() = default;
 
 Catalog::~Catalog() {
-  watcher_.reset();  // no handler runs after this; the devices close their descriptors
+  // Stopped before watcher_ is reset: its handlers use watcher_ until the thread exits. No handler
+  // runs after this; the devices close their descriptors.
+  if (watcher_) watcher_->Stop();
+  watcher_.reset();
 }
 
 absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
