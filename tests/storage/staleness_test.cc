@@ -293,6 +293,38 @@ TEST_P(StalenessTest, ARenameLostInAnInotifyOverflowIsStillSeenAtOnce) {
   EXPECT_NE(log.find("events lost"), std::string::npos) << "no overflow was seen:\n" << log;
 }
 
+// When the kernel cannot queue the lease-break signal (the real-time signal queue is full, here:
+// RLIMIT_SIGPENDING 0), it sends a plain SIGIO instead, which says nothing of which lease: the
+// watcher checks every lease (F_GETLEASE), so the writer is still let in at once, not after
+// lease-break-time (45 s), and reads still see its writes.
+TEST_P(StalenessTest, ALeaseBreakSignalLostToAFullQueueStillLetsTheWriterIn) {
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
+  ASSERT_EQ(SourceOf("file"), FileSource::kFiemap);
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_SIGPENDING, &saved), 0);
+  rlimit none = saved;
+  none.rlim_cur = 0;
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(setrlimit(RLIMIT_SIGPENDING, &none), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = open(path_.c_str(), O_WRONLY | O_CLOEXEC);  // waits for the lease break
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(setrlimit(RLIMIT_SIGPENDING, &saved), 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_LT(waited, 5.0) << "the writer waited for lease-break-time, not for the server";
+  const std::vector<char> bytes = RandomBytes(8192, 90);
+  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), 4096), static_cast<ssize_t>(bytes.size()));
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
+  close(fd);
+  ExpectLeasedAgain("file");
+  ExpectEngineServesCurrentBytes(engine(), "file", path_);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("lease signals overflowed"), std::string::npos)
+      << "the break did not come as a plain SIGIO:\n"
+      << log;
+}
+
 INSTANTIATE_TEST_SUITE_P(Filesystems, StalenessTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
                          [](const auto& info) { return testing::FsTypeName(info.param); });
 
