@@ -18,8 +18,8 @@ absl::StatusOr<std::unique_ptr<NameSync>> NameSync::Create(Catalog& catalog, boo
     }
     sync->ring_ = *std::move(ring);
   }
-  // A change made before the poll was armed would go unseen: start caught up with the watcher.
-  sync->ticket_ = catalog.RequestCatchUp();
+  // A name event still queued from before the poll was armed is seen all the same: a poll armed
+  // on a descriptor that is already readable completes at once (and poll(2) is level-triggered).
   return sync;
 }
 

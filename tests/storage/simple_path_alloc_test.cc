@@ -188,10 +188,11 @@ uint64_t CountAllocationsOfSimpleReads(EngineContext& engine, const std::string&
       x ^= x >> 7;
       x ^= x << 17;
       absl::Status refusal;
-      if (engine.StartRead(storage::ReadRequest{file, (x % file_blocks) * 4096, 4096, 0},
-                           &CountDone, &tally, &refusal) != storage::StartOutcome::kQueued) {
-        ++tally.errors;
-      }
+      const storage::StartOutcome outcome =
+          engine.StartRead(storage::ReadRequest{file, (x % file_blocks) * 4096, 4096, 0},
+                           &CountDone, &tally, &refusal);
+      if (outcome == storage::StartOutcome::kBusy) break;  // poll, then go on
+      if (outcome != storage::StartOutcome::kQueued) ++tally.errors;
       ++started;
     }
     engine.PollOnce();
