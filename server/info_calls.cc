@@ -15,6 +15,9 @@
 namespace blockread::server {
 namespace {
 
+// The one GetStats device entry (and /metrics device label) of every imported file's own device.
+constexpr char kFileRouteDevicesName[] = "file-route";
+
 using Service = BlockReadService;
 
 constexpr uint32_t kDefaultPageSize = 100;
@@ -162,6 +165,41 @@ grpc::Status Explain(Worker& worker, const Identity&, const v1::ExplainRequest& 
   return grpc::Status::OK;
 }
 
+// One device's entry of GetStats; `in` is null for a device the workers do not know yet.
+void FillDeviceStats(const std::string& name, const std::string& path,
+                     const storage::DeviceSnapshot* in, v1::DeviceStats* out) {
+  out->set_name(name);
+  out->set_path(path);
+  if (in == nullptr) return;
+  out->set_reads(in->reads);
+  out->set_bytes(in->bytes);
+  out->set_errors(in->errors);
+  out->set_inflight(in->inflight);
+  uint64_t by_mode[storage::kPollModeCount] = {};
+  uint64_t workers = 0;
+  const char* backend = "mixed";
+  for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
+    const auto backend_kind = static_cast<storage::BackendKind>(kind);
+    const uint64_t count = in->workers_by_backend[kind];
+    (*out->mutable_backend_workers())[BackendLabel(backend_kind)] = static_cast<uint32_t>(count);
+    by_mode[static_cast<int>(PollModeOf(backend_kind))] += count;
+    workers += count;
+  }
+  for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
+    if (workers > 0 && in->workers_by_backend[kind] == workers) {
+      backend = BackendLabel(static_cast<storage::BackendKind>(kind));
+    }
+  }
+  out->set_backend(backend);
+  const uint64_t interrupt = by_mode[static_cast<int>(storage::PollMode::kInterrupt)];
+  const uint64_t iopoll = by_mode[static_cast<int>(storage::PollMode::kIoPoll)];
+  out->set_poll_mode(iopoll == 0      ? PollModeLabel(storage::PollMode::kInterrupt)
+                     : interrupt == 0 ? PollModeLabel(storage::PollMode::kIoPoll)
+                                      : "mixed");
+  out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
+  out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
+}
+
 }  // namespace
 
 v1::FileInfo DescribeFile(const storage::Catalog& catalog, const storage::FileMap& map) {
@@ -230,42 +268,37 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
         ToProto(storage::ReadPathKind::kGeneric, static_cast<storage::FallbackReason>(r)));
     out->set_count(snapshot.fallbacks[r]);
   }
+  // Imported files are read each through a device of its own (its descriptor, see
+  // storage/catalog.h): those are summed into one entry, so that neither GetStats nor /metrics
+  // grows a series per served file, or names one.
+  v1::DeviceStats* file_routes = nullptr;
+  uint64_t file_route_devices = 0;
   for (storage::DeviceId id = 0; id < shared.catalog.device_count(); ++id) {
     const storage::Device& device = shared.catalog.device(id);
-    v1::DeviceStats* out = response.add_devices();
-    out->set_name(device.name());
-    out->set_path(device.path());
-    if (id < snapshot.devices.size()) {
-      const storage::DeviceSnapshot& in = snapshot.devices[id];
-      out->set_reads(in.reads);
-      out->set_bytes(in.bytes);
-      out->set_errors(in.errors);
-      out->set_inflight(in.inflight);
-      uint64_t by_mode[storage::kPollModeCount] = {};
-      uint64_t workers = 0;
-      const char* backend = "mixed";
-      for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
-        const auto backend_kind = static_cast<storage::BackendKind>(kind);
-        const uint64_t count = in.workers_by_backend[kind];
-        (*out->mutable_backend_workers())[BackendLabel(backend_kind)] =
-            static_cast<uint32_t>(count);
-        by_mode[static_cast<int>(PollModeOf(backend_kind))] += count;
-        workers += count;
-      }
-      for (int kind = 0; kind < storage::kBackendKindCount; ++kind) {
-        if (workers > 0 && in.workers_by_backend[kind] == workers) {
-          backend = BackendLabel(static_cast<storage::BackendKind>(kind));
-        }
-      }
-      out->set_backend(backend);
-      const uint64_t interrupt = by_mode[static_cast<int>(storage::PollMode::kInterrupt)];
-      const uint64_t iopoll = by_mode[static_cast<int>(storage::PollMode::kIoPoll)];
-      out->set_poll_mode(iopoll == 0      ? PollModeLabel(storage::PollMode::kInterrupt)
-                         : interrupt == 0 ? PollModeLabel(storage::PollMode::kIoPoll)
-                                          : "mixed");
-      out->set_iopoll_workers(static_cast<uint32_t>(iopoll));
-      out->set_interrupt_workers(static_cast<uint32_t>(interrupt));
+    const storage::DeviceSnapshot* in =
+        id < snapshot.devices.size() ? &snapshot.devices[id] : nullptr;
+    if (device.kind() != storage::DeviceKind::kFileRoute) {
+      FillDeviceStats(device.name(), device.path(), in, response.add_devices());
+      continue;
     }
+    ++file_route_devices;
+    if (file_routes == nullptr) {
+      // Every file-route device is read the same way by a given worker: the first one's
+      // backend fields stand for all.
+      file_routes = response.add_devices();
+      FillDeviceStats(kFileRouteDevicesName, "", in, file_routes);
+      continue;
+    }
+    if (in != nullptr) {
+      file_routes->set_reads(file_routes->reads() + in->reads);
+      file_routes->set_bytes(file_routes->bytes() + in->bytes);
+      file_routes->set_errors(file_routes->errors() + in->errors);
+      file_routes->set_inflight(file_routes->inflight() + in->inflight);
+    }
+  }
+  if (file_routes != nullptr) {
+    file_routes->set_path(absl::StrCat("(", file_route_devices,
+                                       " imported files, each read through its own descriptor)"));
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
   response.set_uptime_ns(now_ns - shared.start_ns);

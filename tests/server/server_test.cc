@@ -291,6 +291,33 @@ TEST_F(ServerTest, ExplainMatchesThePathTheReadTakes) {
   }
 }
 
+// Every imported file is read through a device of its own; GetStats (and so /metrics, which is
+// built from it) sums those into one "file-route" entry: no series per served file, and no file
+// name in a device label.
+TEST_F(ServerTest, StatsHaveOneDeviceEntryForAllImportedFiles) {
+  for (const auto& [name, size] : sizes_) {
+    const auto read = client_->Read(name, 0, std::clamp<uint64_t>(size, 1, 4096));
+    ASSERT_TRUE(read.ok()) << name << ": " << read.status();
+  }
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int file_route_entries = 0;
+  for (const v1::DeviceStats& device : stats->devices()) {
+    for (const auto& [name, path] : files_) {
+      const std::string base = name.substr(name.rfind('/') + 1);
+      EXPECT_EQ(device.name().find(base), std::string::npos) << device.name();
+      EXPECT_EQ(device.path().find(base), std::string::npos) << device.path();
+    }
+    if (device.name() != "file-route") continue;
+    ++file_route_entries;
+    EXPECT_EQ(device.path().rfind(absl::StrCat("(", files_.size(), " imported files"), 0), 0u)
+        << device.path();
+  }
+  EXPECT_EQ(file_route_entries, 1);
+  // One per filesystem's disk, and the file routes.
+  EXPECT_EQ(stats->devices_size(), static_cast<int>(filesystems_.size()) + 1);
+}
+
 TEST_F(ServerTest, ListAndStat) {
   auto files = client_->List();
   ASSERT_TRUE(files.ok()) << files.status();
