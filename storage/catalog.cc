@@ -253,11 +253,7 @@ class Catalog::Watcher {
       {
         std::lock_guard lock(catalog_.watch_mu_);
         HandleSignals();
-        // Odd while name events may have been read and not yet applied: a worker whose poll of
-        // names_fd_ finds it drained cannot tell that from "no event" (storage/name_sync.h).
-        catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
         HandleInotifyEvents();
-        catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
         if (ready == 0) catalog_.RetryLeases();
       }
       {
@@ -292,20 +288,27 @@ class Catalog::Watcher {
   }
 
   void HandleInotifyEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    // Name events, with the sequence odd from before they are read until they are applied: a
+    // worker whose poll of names_fd_ finds it drained cannot otherwise tell "read, not applied
+    // yet" from "no event" (storage/name_sync.h).
+    catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
     std::vector<FileEntry*> renamed;
+    const bool names_lost = ReadEvents(names_fd_, catalog_.name_watches_, renamed);
+    SortUnique(renamed);
+    if (names_lost) {
+      RescanAll();
+    } else {
+      for (FileEntry* entry : renamed) catalog_.Rebind(*entry);
+    }
+    catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
+
+    // Content events: workers do not wait for these.
     std::vector<FileEntry*> changed;
-    bool rescan = ReadEvents(names_fd_, catalog_.name_watches_, renamed);
-    rescan |= ReadEvents(contents_fd_, catalog_.content_watches_, changed);
-    if (rescan) {
-      LogWarning("file watcher: events lost or a served directory moved; re-checking every file");
-      catalog_.Rescan();
+    if (ReadEvents(contents_fd_, catalog_.content_watches_, changed)) {
+      if (!names_lost) RescanAll();
       return;
     }
-    for (auto* list : {&renamed, &changed}) {
-      std::sort(list->begin(), list->end());
-      list->erase(std::unique(list->begin(), list->end()), list->end());
-    }
-    for (FileEntry* entry : renamed) catalog_.Rebind(*entry);
+    SortUnique(changed);
     for (FileEntry* entry : changed) {
       if (std::binary_search(renamed.begin(), renamed.end(), entry)) continue;
       // Not leased: the writer may be done (take the lease and map it again), or still at work
@@ -317,6 +320,16 @@ class Catalog::Watcher {
         catalog_.TakeLease(*entry);
       }
     }
+  }
+
+  void RescanAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    LogWarning("file watcher: events lost or a served directory moved; re-checking every file");
+    catalog_.Rescan();
+  }
+
+  static void SortUnique(std::vector<FileEntry*>& entries) {
+    std::sort(entries.begin(), entries.end());
+    entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
   }
 
   // Reads every event queued on `fd` (one of the two inotify instances), adding the served files

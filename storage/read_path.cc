@@ -227,7 +227,7 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     return valid;
   }
   // A rename or unlink in a served directory that the catalog has not applied yet: wait for it
-  // (storage/name_sync.h). Two loads from shared memory when there is none.
+  // (storage/name_sync.h). Three loads from shared memory when there is none.
   if (name_sync_ != nullptr && !name_sync_->ReadyToResolve()) [[unlikely]] {
     *busy = true;
     return absl::OkStatus();

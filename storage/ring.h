@@ -102,13 +102,11 @@ class Ring {
     return (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN) != 0 ||
            io_uring_cq_ready(&ring_) > 0;
   }
-  // Runs flagged completion work and calls on_cqe(user_data, res, flags) for every completion
-  // posted, for rings whose requests inflight() does not count (ArmPoll).
+  // Calls on_cqe(user_data, res, flags) for every completion posted, for rings whose requests
+  // inflight() does not count (ArmPoll). Flagged completion work is run first: liburing's peek
+  // enters the kernel for it when the CQ ring is empty and IORING_SQ_TASKRUN is up.
   template <typename OnCqe>
   void ReapUncounted(OnCqe&& on_cqe) {
-    if (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN) {
-      io_uring_get_events(&ring_);
-    }
     io_uring_cqe* cqe;
     while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
       on_cqe(cqe->user_data, cqe->res, cqe->flags);
