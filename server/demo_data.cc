@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -63,8 +64,13 @@ constexpr char kHello[] =
     "This file lives on the demo device (a regular file standing in for an NVMe namespace).\n"
     "Try: blockread read hello.txt 0 4096, blockread explain fragmented 0 65536\n";
 
+// Writes the demo image afresh. Whatever `path` was is unlinked first, and the new file is created
+// exclusively: a symlink planted there (say, to a real disk) is replaced, never followed.
 absl::Status WriteDevice(const std::string& path) {
-  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return storage::PosixError(errno, absl::StrCat("cannot replace ", path));
+  }
+  int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return storage::PosixError(errno, absl::StrCat("cannot create ", path));
   std::vector<char> chunk(kMiB);
   uint64_t x = 0x9E3779B97F4A7C15ULL;
@@ -117,27 +123,74 @@ std::string ManifestText(const std::string& device_path, uint32_t block_size) {
   return out;
 }
 
+// The directory is the server's alone (0700): it holds a manifest, and a manifest names devices.
+absl::Status MakePrivateDirectory(const std::string& data_dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path directory = fs::absolute(fs::path(data_dir)).lexically_normal();
+  if (directory.filename().empty()) directory = directory.parent_path();  // "data/"
+  fs::create_directories(directory.parent_path(), error);
+  if (error) {
+    return storage::PosixError(
+        error, absl::StrCat("--data-dir: cannot create ", directory.parent_path().string()));
+  }
+  if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
+    return storage::PosixError(errno, absl::StrCat("--data-dir: cannot create ", data_dir));
+  }
+  struct stat st {};
+  if (lstat(data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data-dir: ", data_dir, " is not a directory"));
+  }
+  if ((st.st_mode & 0077) != 0) {
+    storage::LogWarning(absl::StrFormat(
+        "--data-dir %s is open to other users (mode %04o); the demo files are public anyway, "
+        "but a directory of its own with mode 0700 is what the server creates",
+        data_dir, st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
+// The demo image is usable only as what the server made: a regular file (not a symlink, not a
+// device) of the demo size.
+bool IsDemoImage(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         static_cast<uint64_t>(st.st_size) == kDeviceBytes;
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
 absl::Status AddDemoData(const std::string& data_dir, storage::Catalog& catalog) {
   namespace fs = std::filesystem;
-  std::error_code error;
-  fs::create_directories(data_dir, error);
-  if (error) {
-    return storage::PosixError(error, absl::StrCat("--data-dir: cannot create ", data_dir));
-  }
+  if (absl::Status s = MakePrivateDirectory(data_dir); !s.ok()) return s;
   const std::string device = fs::absolute(fs::path(data_dir) / "demo-device.img").string();
   const std::string manifest = (fs::path(data_dir) / "demo.manifest").string();
-  if (!fs::exists(manifest) || !fs::exists(device) ||
-      fs::file_size(device, error) != kDeviceBytes) {
+  if (!IsDemoImage(device)) {
     storage::LogInfo(absl::StrCat("creating the demo device under ", data_dir));
     if (absl::Status s = WriteDevice(device); !s.ok()) return s;
-    auto opened = storage::Device::Open("demo", device);
-    if (!opened.ok()) return opened.status();
+  }
+  auto opened = storage::Device::Open("demo", device);
+  if (!opened.ok()) return opened.status();
+  // An existing manifest is trusted only if it is exactly the demo layout on this image: one
+  // that names another device (a real disk, another user's file) is replaced, never served.
+  const std::string expected = ManifestText(device, (*opened)->logical_block_size());
+  if (ReadWholeFile(manifest) != expected) {
+    if (fs::exists(manifest)) {
+      storage::LogWarning(absl::StrCat(manifest,
+                                       " is not the demo layout on the demo image beside it: "
+                                       "writing the demo manifest over it"));
+    }
     const std::string temporary = manifest + ".tmp";
-    std::ofstream(temporary) << ManifestText(device, (*opened)->logical_block_size());
-    fs::rename(temporary, manifest, error);  // the manifest appears only once the device is whole
-    if (error) return absl::InternalError(absl::StrCat("cannot write ", manifest));
+    std::ofstream(temporary) << expected;
+    std::error_code error;
+    fs::rename(temporary, manifest, error);  // the manifest appears only once it is whole
+    if (error) return storage::PosixError(error, absl::StrCat("cannot write ", manifest));
   }
   return storage::LoadManifest(manifest, catalog);
 }

@@ -1,6 +1,11 @@
 // The embedded default (no source: the demo device under --data-dir) and a storm of cancelled
 // and expiring reads. The CLI's messages and exit codes are in tests/client/cli_test.cc.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -56,6 +61,55 @@ TEST_F(DemoServerTest, RestartReusesTheDemoDevice) {
   auto after = BlockReadClient::Connect(server_->target())->Read("random-4m", 12345, 1000);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->data(), before->data());
+}
+
+TEST_F(DemoServerTest, TheDataDirectoryIsPrivate) {
+  struct stat st {};
+  ASSERT_EQ(stat((dir_.path() + "/data").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+// A demo directory someone else could write to must not become a way to serve their choice of
+// device: a manifest that is not the demo layout on the demo image, and an image that is a
+// symlink, are both replaced. The planted "device" holds a secret; no read returns it, and the
+// symlink's target is left untouched.
+TEST_F(DemoServerTest, APlantedManifestOrImageIsReplacedNotServed) {
+  ASSERT_EQ(server_->Stop(), 0);
+  const std::string data = dir_.path() + "/data";
+  const std::string secret_path = dir_.path() + "/secret.img";
+  const std::string secret(1 << 20, 'S');
+  std::ofstream(secret_path) << secret;
+  std::ofstream(data + "/demo.manifest")
+      << "device { name: \"demo\" path: \"" << secret_path << "\" }\n"
+      << "file { name: \"hello.txt\" size: 4096 "
+      << "extent { logical_offset: 0 length: 4096 device: \"demo\" physical_offset: 0 } }\n";
+  auto restarted = ServerProcess::Start({"--data_dir=" + data}, dir_.path() + "/planted.log");
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  server_ = *std::move(restarted);
+  EXPECT_NE(server_->Log().find("is not the demo layout"), std::string::npos) << server_->Log();
+  client_ = BlockReadClient::Connect(server_->target());
+  auto hello = client_->Read("hello.txt", 0, 4096);
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->data().rfind("Hello from blockread!", 0), 0u);
+  ASSERT_TRUE(client_->List().ok());
+  EXPECT_EQ(client_->List()->size(), 5u);
+
+  ASSERT_EQ(server_->Stop(), 0);
+  ASSERT_EQ(unlink((data + "/demo-device.img").c_str()), 0);
+  ASSERT_EQ(symlink(secret_path.c_str(), (data + "/demo-device.img").c_str()), 0);
+  restarted = ServerProcess::Start({"--data_dir=" + data}, dir_.path() + "/symlinked.log");
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  server_ = *std::move(restarted);
+  client_ = BlockReadClient::Connect(server_->target());
+  hello = client_->Read("hello.txt", 0, 4096);
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->data().rfind("Hello from blockread!", 0), 0u);
+  struct stat st {};
+  ASSERT_EQ(lstat((data + "/demo-device.img").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the symlink was replaced by a fresh image";
+  std::ifstream in(secret_path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), secret)
+      << "the symlink's target was not written";
 }
 
 // Thousands of reads cancelled or expiring at random points, on unary calls and on streams:
