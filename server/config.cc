@@ -112,6 +112,12 @@ ABSL_FLAG(std::optional<std::string>, auth, std::nullopt,
           "certificate, and the files each may read; re-read on SIGHUP. Without it every client "
           "may read everything, so the server then stays on loopback unless --allow-insecure.");
 
+ABSL_FLAG(std::optional<std::string>, user, std::nullopt,
+          "Run as this user once devices, files and ports are open: its uid, gid and groups, "
+          "with no capabilities left but CAP_LEASE on the file-watcher thread (default: stay "
+          "as started). Files replaced later, the --auth file and TLS files must be readable "
+          "by it.");
+
 namespace blockread::server {
 namespace {
 
@@ -286,6 +292,7 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(*v);
   if (auto v = absl::GetFlag(FLAGS_health_listen)) config.set_health_listen(*v);
   if (auto v = absl::GetFlag(FLAGS_auth)) config.set_auth(*v);
+  if (auto v = absl::GetFlag(FLAGS_user)) config.set_user(*v);
   return FinalizeServerConfig(std::move(config));
 }
 

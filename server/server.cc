@@ -12,6 +12,7 @@
 #include "server/demo_data.h"
 #include "server/exposure.h"
 #include "server/health_endpoint.h"
+#include "server/privileges.h"
 #include "server/transport_security.h"
 #include "server/worker.h"
 #include "storage/clock.h"
@@ -120,6 +121,14 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
       return health.status();
     }
     server->health_endpoint_ = std::move(*health);
+  }
+  if (!server->config_.user().empty()) {
+    // Last: every descriptor, port and thread the server needs is open by now.
+    if (absl::Status dropped = DropPrivileges(server->config_.user(), server->catalog_);
+        !dropped.ok()) {
+      server->Shutdown();
+      return dropped;
+    }
   }
   if (std::string warning = InsecureExposureWarning(server->config_); !warning.empty()) {
     storage::LogWarning(warning);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -210,6 +211,14 @@ class Catalog::Watcher {
     handled_cv_.wait(lock, [&] { return HasHandled(ticket); });
   }
 
+  void Run(const std::function<void()>& task) {
+    {
+      std::lock_guard lock(mu_);  // queued before the ticket below is requested
+      tasks_.push_back(&task);
+    }
+    WaitUntilCurrent();
+  }
+
  private:
   void Wake() {
     const uint64_t one = 1;
@@ -220,6 +229,7 @@ class Catalog::Watcher {
     // The lease signal is aimed at this thread only (F_SETOWN_EX); a plain SIGIO replaces it
     // when the kernel's signal queue overflows. Both are read from the signalfd.
     BlockLeaseSignals();
+    pthread_setname_np(pthread_self(), "blockread-watch");
     const sigset_t signals = LeaseSignals();
     signal_fd_ = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
     tid_ = gettid();
@@ -256,6 +266,12 @@ class Catalog::Watcher {
         HandleInotifyEvents();
         if (ready == 0) catalog_.RetryLeases();
       }
+      std::vector<const std::function<void()>*> tasks;
+      {
+        std::lock_guard lock(mu_);
+        tasks.swap(tasks_);
+      }
+      for (const std::function<void()>* task : tasks) (*task)();
       {
         std::lock_guard lock(mu_);  // so that no WaitUntilCurrent() misses the notification
         handled_.store(ticket, std::memory_order_release);
@@ -374,6 +390,8 @@ class Catalog::Watcher {
   std::atomic<uint64_t> handled_{0};
   std::mutex mu_;
   std::condition_variable handled_cv_;
+  // RunOnWatcherThread()'s tasks, run before the ticket they were queued ahead of is handled.
+  std::vector<const std::function<void()>*> tasks_;  // GUARDED_BY(mu_)
 };
 
 Catalog::Catalog() = default;
@@ -809,6 +827,12 @@ RouteCounts Catalog::route_counts() const {
 
 void Catalog::WaitUntilCurrent() {
   if (watcher_) watcher_->WaitUntilCurrent();
+}
+
+bool Catalog::RunOnWatcherThread(const std::function<void()>& task) {
+  if (!watcher_) return false;
+  watcher_->Run(task);
+  return true;
 }
 
 int Catalog::NameEventsFd() const { return watcher_ ? watcher_->names_fd() : -1; }

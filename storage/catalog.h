@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -132,6 +133,11 @@ class Catalog {
   // Returns once the watcher has handled every change made to served files before the call (an
   // inotify event or lease break already queued). For tests and tools; never on a worker.
   void WaitUntilCurrent();
+
+  // Runs `task` on the watcher thread (named "blockread-watch") and returns once it has run;
+  // false, with `task` not run, when there is no watcher (no imported file). For state only that
+  // thread can set on itself, such as its capabilities when the server drops privileges.
+  bool RunOnWatcherThread(const std::function<void()>& task);
 
   // Name changes, for the read path (storage/name_sync.h). inotify queues a rename's or unlink's
   // event inside the syscall, but the watcher applies it later: a read that starts after
