@@ -87,8 +87,8 @@ std::shared_ptr<const AccessPolicy> AccessPolicy::Open() {
   return policy;
 }
 
-absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(absl::string_view text,
-                                                                        const std::string& path) {
+absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(
+    absl::string_view text, const std::string& path, const AccessPolicy* previous) {
   v1::AccessConfig config;
   if (absl::Status parsed = ParseTextProto(std::string(text), path, &config); !parsed.ok()) {
     return parsed;
@@ -134,17 +134,34 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(absl::st
       if (pattern == "**") identity.all_files = true;
     }
     identity.admin = entry.admin();
+    const Identity* before = nullptr;
+    if (previous != nullptr) {
+      for (const Identity& old : previous->identities_) {
+        if (old.name == identity.name && old.usage != nullptr) before = &old;
+      }
+    }
+    identity.usage = before != nullptr ? before->usage : std::make_shared<IdentityUsage>();
+    if (entry.max_iops() != 0 || entry.max_bytes_per_second() != 0) {
+      const bool same_limits =
+          before != nullptr && before->limiter != nullptr &&
+          before->limiter->max_iops() == entry.max_iops() &&
+          before->limiter->max_bytes_per_second() == entry.max_bytes_per_second();
+      identity.limiter = same_limits ? before->limiter
+                                     : std::make_shared<RateLimiter>(entry.max_iops(),
+                                                                     entry.max_bytes_per_second());
+    }
     policy->identities_.push_back(std::move(identity));
   }
   return std::shared_ptr<const AccessPolicy>(std::move(policy));
 }
 
-absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Load(const std::string& path) {
+absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Load(
+    const std::string& path, const AccessPolicy* previous) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("--auth: cannot read ", path));
   std::stringstream text;
   text << in.rdbuf();
-  return Parse(text.str(), path);
+  return Parse(text.str(), path, previous);
 }
 
 absl::StatusOr<const Identity*> AccessPolicy::Authenticate(

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "blockread/v1/server_config.pb.h"
+#include "server/rate_limit.h"
 
 namespace blockread::server {
 
@@ -30,6 +31,11 @@ struct Identity {
   std::vector<std::string> allow;
   bool admin = false;
   bool all_files = false;  // an `allow` of "**": MayRead needs no matching
+  // max_iops / max_bytes_per_second: null when the identity has neither.
+  std::shared_ptr<RateLimiter> limiter;
+  // Never null for identities of an --auth file. Carried over a reload by name, so the counts
+  // keep counting.
+  std::shared_ptr<IdentityUsage> usage;
 
   // May this identity read, stat and list served file `file`?
   bool MayRead(absl::string_view file) const;
@@ -50,9 +56,12 @@ class AccessPolicy {
   static std::shared_ptr<const AccessPolicy> Open();
   // Parses an AccessConfig textproto. Errors name the file, the line and what is wrong (a name
   // used twice, a token digest that is not 64 hex digits, an identity with no credential).
-  static absl::StatusOr<std::shared_ptr<const AccessPolicy>> Parse(absl::string_view text,
-                                                                   const std::string& path);
-  static absl::StatusOr<std::shared_ptr<const AccessPolicy>> Load(const std::string& path);
+  // Identities named as in `previous` (the rules being replaced) keep its usage counts, and its
+  // limiter state when their limits are unchanged.
+  static absl::StatusOr<std::shared_ptr<const AccessPolicy>> Parse(
+      absl::string_view text, const std::string& path, const AccessPolicy* previous = nullptr);
+  static absl::StatusOr<std::shared_ptr<const AccessPolicy>> Load(
+      const std::string& path, const AccessPolicy* previous = nullptr);
 
   // Who the caller of `context` is: the identity whose tls_common_name is the verified client
   // certificate's common name, else the one whose token the call presents
@@ -62,6 +71,7 @@ class AccessPolicy {
 
   bool open() const { return open_; }
   size_t identity_count() const { return identities_.size(); }
+  const std::vector<Identity>& identities() const { return identities_; }
 
  private:
   AccessPolicy() = default;

@@ -93,7 +93,15 @@ grpc::Status GetStats(Worker& worker, const Identity& caller, const v1::GetStats
   *response = CollectStats(worker.shared());
   // Device names, paths and backends are layout: admin only. Everyone gets the per-path and
   // fallback counts and the version (what the load report needs).
-  if (!caller.admin) response->clear_devices();
+  // Other identities' usage is theirs: a caller who is not admin sees only its own.
+  if (!caller.admin) {
+    response->clear_devices();
+    auto* identities = response->mutable_identities();
+    identities->erase(
+        std::remove_if(identities->begin(), identities->end(),
+                       [&](const v1::IdentityStats& entry) { return entry.name() != caller.name; }),
+        identities->end());
+  }
   return grpc::Status::OK;
 }
 
@@ -248,6 +256,22 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       rpc->set_method(RpcMethodName(static_cast<RpcMethod>(method)));
       rpc->set_code(StatusCodeName(static_cast<absl::StatusCode>(code)));
       rpc->set_count(rpcs[method][code]);
+    }
+  }
+  if (const std::shared_ptr<const AccessPolicy> access = shared.access.Current(); !access->open()) {
+    for (const Identity& identity : access->identities()) {
+      v1::IdentityStats* out = response.add_identities();
+      out->set_name(identity.name);
+      const IdentityUsage& usage = *identity.usage;
+      out->set_reads(usage.reads.load(std::memory_order_relaxed));
+      out->set_bytes(usage.bytes.load(std::memory_order_relaxed));
+      out->set_paced(usage.paced.load(std::memory_order_relaxed));
+      out->set_pace_wait_ns(usage.pace_wait_ns.load(std::memory_order_relaxed));
+      out->set_refused(usage.refused.load(std::memory_order_relaxed));
+      if (identity.limiter != nullptr) {
+        out->set_max_iops(identity.limiter->max_iops());
+        out->set_max_bytes_per_second(identity.limiter->max_bytes_per_second());
+      }
     }
   }
   for (int p = 0; p < storage::kReadPathCount; ++p) {

@@ -284,6 +284,33 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
   for (const RpcSeries& rpc : rpc_series) {
     rpcs.Counter({{"method", rpc.method}, {"code", rpc.code}}, static_cast<double>(rpc.count));
   }
+  // An identity label only for a small, configured set (the --auth file's names): never a
+  // client-chosen value, never an unbounded one. Larger sets are in GetStats only.
+  if (stats.identities_size() > 0 && stats.identities_size() <= kMaxIdentityLabels) {
+    FamilyBuilder identity_reads(out, "blockread_identity_reads_total",
+                                 "Reads answered OK, by --auth identity.", MetricType::Counter);
+    FamilyBuilder identity_bytes(out, "blockread_identity_read_bytes_total",
+                                 "Bytes returned, by --auth identity.", MetricType::Counter);
+    FamilyBuilder identity_paced(out, "blockread_identity_paced_reads_total",
+                                 "Reads that waited for their identity's rate limit.",
+                                 MetricType::Counter);
+    FamilyBuilder identity_pace_wait(out, "blockread_identity_pace_wait_seconds_total",
+                                     "Time reads waited for their identity's rate limit.",
+                                     MetricType::Counter);
+    FamilyBuilder identity_refused(out, "blockread_identity_refused_reads_total",
+                                   "Reads refused (RESOURCE_EXHAUSTED): the rate limit would have "
+                                   "started them after their deadline.",
+                                   MetricType::Counter);
+    for (const v1::IdentityStats& identity : stats.identities()) {
+      const ClientMetric::Label label{"identity", identity.name()};
+      identity_reads.Counter({label}, static_cast<double>(identity.reads()));
+      identity_bytes.Counter({label}, static_cast<double>(identity.bytes()));
+      identity_paced.Counter({label}, static_cast<double>(identity.paced()));
+      identity_pace_wait.Counter({label},
+                                 static_cast<double>(identity.pace_wait_ns()) / kNsPerSecond);
+      identity_refused.Counter({label}, static_cast<double>(identity.refused()));
+    }
+  }
   return out;
 }
 

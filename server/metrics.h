@@ -5,7 +5,8 @@
 //
 // Names follow Prometheus conventions (base units, _total counters, _seconds, _bytes) and every
 // label has a bounded set of values (paths, stages, fallback reasons, status codes, devices,
-// methods, workers): never a file, offset or client.
+// methods, workers; --auth identities only when there are at most kMaxIdentityLabels): never a
+// file, offset or client-chosen value.
 #ifndef BLOCKREAD_SERVER_METRICS_H_
 #define BLOCKREAD_SERVER_METRICS_H_
 
@@ -23,6 +24,8 @@ class Exposer;
 }
 
 namespace blockread::server {
+
+inline constexpr int kMaxIdentityLabels = 16;
 
 // The metric families for one GetStats snapshot. Latency histograms are re-bucketed to edges at
 // 2^k nanoseconds (1 us .. 8.6 s), each an edge of the server's own log-linear buckets, so every

@@ -3,6 +3,8 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "proto/wire/crc32c.h"
@@ -38,6 +40,46 @@ absl::Status QueueFull(Worker& worker) {
 // not yet released, e.g. to slow clients), so the pool can be sized for them.
 void CountSlotWait(Worker& worker) {
   if (worker.lender().held() > 0) worker.mutable_counters().slot_waits.Add(1);
+}
+
+// When the caller's rate limit (server/rate_limit.h) lets a read of `bytes` arriving at `now_ns`
+// start: now, later (the read is parked until then), or not before the call's deadline (the
+// refusal, RESOURCE_EXHAUSTED, to answer with).
+struct Pacing {
+  uint64_t start_ns = 0;
+  absl::Status refusal;
+};
+
+Pacing Pace(const Identity& identity, uint64_t bytes, const grpc::ServerContext& context,
+            uint64_t now_ns) {
+  Pacing pacing{now_ns, absl::OkStatus()};
+  if (identity.limiter == nullptr) return pacing;
+  uint64_t latest_start_ns = std::numeric_limits<uint64_t>::max();
+  if (const auto deadline = context.deadline();
+      deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          deadline - std::chrono::system_clock::now())
+                          .count();
+    latest_start_ns = now_ns + static_cast<uint64_t>(std::max<int64_t>(left, 0));
+  }
+  pacing.start_ns = identity.limiter->Reserve(bytes, now_ns, latest_start_ns);
+  if (pacing.start_ns == RateLimiter::kRefused) {
+    IdentityUsage::Add(identity.usage->refused, 1);
+    pacing.refusal = absl::ResourceExhaustedError(absl::StrFormat(
+        "identity '%s' is over its rate limit (max_iops = %u, max_bytes_per_second = %u): this "
+        "read could not start before the call's deadline",
+        identity.name, identity.limiter->max_iops(), identity.limiter->max_bytes_per_second()));
+  } else if (pacing.start_ns > now_ns) {
+    IdentityUsage::Add(identity.usage->paced, 1);
+    IdentityUsage::Add(identity.usage->pace_wait_ns, pacing.start_ns - now_ns);
+  }
+  return pacing;
+}
+
+void CountServed(const Identity& identity, uint64_t bytes) {
+  if (identity.usage == nullptr) return;  // no --auth
+  IdentityUsage::Add(identity.usage->reads, 1);
+  IdentityUsage::Add(identity.usage->bytes, bytes);
 }
 
 template <typename Message>
@@ -80,6 +122,25 @@ void ReadBlockCall::OnRequest() {
     FinishWith(ToGrpcStatus(ReadDenied(identity(), request_.file())));
     return;
   }
+  const Pacing pacing = Pace(identity(), request_.length(), context_, arrival_ns_);
+  if (!pacing.refusal.ok()) {
+    FinishWith(ToGrpcStatus(pacing.refusal));
+    return;
+  }
+  if (pacing.start_ns > arrival_ns_) {
+    Hold();  // waiting for the rate limit
+    worker_.paced().Park(pacing.start_ns, *this);
+    return;
+  }
+  EnterAdmission();
+}
+
+void ReadBlockCall::Resume() {
+  if (!cancelled() && may_start_operations()) EnterAdmission();
+  Release();  // the wait for the rate limit
+}
+
+void ReadBlockCall::EnterAdmission() {
   AdmissionQueue& admission = worker_.admission();
   // Behind the reads already waiting: a newcomer never overtakes them.
   if (admission.empty() && TryStart()) return;
@@ -123,6 +184,7 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
       call->FinishWith(
           ToGrpcStatus(ReadFailed(call->request_.file(), call->request_.offset(), result.status)));
     } else {
+      CountServed(call->identity(), result.length);
       v1::ReadBlockResponse response;
       FillFromResult(response, result, call->request_.want_crc32c(), call->arrival_ns_);
       SlotLender& lender = call->worker_.lender();
@@ -258,23 +320,50 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
     AddError(item.tag(), ReadDenied(identity(), item.file()));
     return;
   }
+  const Pacing pacing = Pace(identity(), item.length(), context_, arrival_ns);
+  if (!pacing.refusal.ok()) {
+    AddError(item.tag(), pacing.refusal);
+    return;
+  }
   StreamRead* read = NewRead();
   read->item = item;
   read->arrival_ns = arrival_ns;
   read->state = StreamRead::State::kWaiting;
+  if (pacing.start_ns > arrival_ns) {
+    Hold();      // waiting for the rate limit
+    ++waiting_;  // the stream reads no more requests meanwhile
+    worker_.paced().Park(pacing.start_ns, *read);
+    return;
+  }
+  EnterAdmission(*read);
+}
+
+void ReadBlocksCall::OnPaceDone(StreamRead& read) {
+  --waiting_;
+  if (over() || !may_start_operations()) {
+    FreeRead(&read);
+  } else {
+    EnterAdmission(read);
+  }
+  IssueRead();
+  MaybeFinish();
+  Release();  // the wait for the rate limit
+}
+
+void ReadBlocksCall::EnterAdmission(StreamRead& read) {
   AdmissionQueue& admission = worker_.admission();
-  if (admission.empty() && TryStart(*read)) {
-    if (read->state == StreamRead::State::kAnswered) FreeRead(read);
+  if (admission.empty() && TryStart(read)) {
+    if (read.state == StreamRead::State::kAnswered) FreeRead(&read);
     return;
   }
   CountSlotWait(worker_);
-  if (admission.Push(wait_list_, *read)) {
+  if (admission.Push(wait_list_, read)) {
     Hold();  // waiting for admission
     ++waiting_;
     return;
   }
-  AddError(item.tag(), QueueFull(worker_));
-  FreeRead(read);
+  AddError(read.item.tag(), QueueFull(worker_));
+  FreeRead(&read);
 }
 
 bool ReadBlocksCall::TryStart(StreamRead& read) {
@@ -317,6 +406,7 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
       call->AddError(read->item.tag(),
                      ReadFailed(read->item.file(), read->item.offset(), result.status));
     } else {
+      CountServed(call->identity(), result.length);
       v1::ReadResult out;
       out.set_tag(read->item.tag());
       FillFromResult(out, result, read->item.want_crc32c(), read->arrival_ns);

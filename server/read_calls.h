@@ -21,6 +21,7 @@
 #include "blockread/v1/blockread.grpc.pb.h"
 #include "server/admission_queue.h"
 #include "server/call.h"
+#include "server/paced_reads.h"
 #include "server/slot_lender.h"
 #include "server/worker.h"
 
@@ -35,7 +36,7 @@ inline constexpr uint64_t kMinZeroCopyBytes = 1024;
 // completes and the engine slot is never freed under the kernel. A slot lent for the response is
 // not the call's: it comes back when gRPC releases the slice, whether or not the call still
 // exists.
-class ReadBlockCall final : public Call, public WaitingRead {
+class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
  public:
   // Starts waiting for the next ReadBlock on `worker`'s queue.
   static void Post(Worker& worker);
@@ -51,7 +52,10 @@ class ReadBlockCall final : public Call, public WaitingRead {
   void OnEvent(uint8_t, bool) override {}  // kFinish: the answer is out
   bool TryAdmit() override { return TryStart(); }
   void LeftQueue() override { Release(); }
+  void Resume() override;  // the rate limit lets the read start
 
+  // Starts the read, or queues it for admission when slots are busy (or others wait).
+  void EnterAdmission();
   // Offers the read to the engine. False: its slots are busy (nothing happened).
   bool TryStart();
   static bool OnReadDone(void* context, const storage::ReadResult& result);
@@ -89,7 +93,7 @@ class ReadBlocksCall final : public Call, public Flushable {
   static constexpr uint8_t kFinish = kFirstMethodEvent + 2;
 
   // One read of the stream, pooled per stream.
-  struct StreamRead final : WaitingRead {
+  struct StreamRead final : WaitingRead, PacedRead {
     enum class State : uint8_t { kWaiting, kInFlight, kAnswered };
     ReadBlocksCall* call = nullptr;
     v1::ReadItem item;
@@ -97,6 +101,7 @@ class ReadBlocksCall final : public Call, public Flushable {
     State state = State::kWaiting;
     bool TryAdmit() override { return call->TryStart(*this); }
     void LeftQueue() override { call->OnLeftQueue(*this); }
+    void Resume() override { call->OnPaceDone(*this); }
   };
 
   // A result gathered for the next write: its wire bytes up to `end` in gathered_bytes_ (all of
@@ -118,6 +123,10 @@ class ReadBlocksCall final : public Call, public Flushable {
   // May the caller read `file`? (A stream's reads are checked one by one.)
   bool MayRead(const std::string& file);
   void StartItem(const v1::ReadItem& item, uint64_t arrival_ns);
+  // Starts `read`, or queues it for admission; answers it when the queue is full.
+  void EnterAdmission(StreamRead& read);
+  // `read`'s start time under the caller's rate limit has come.
+  void OnPaceDone(StreamRead& read);
   // Offers the read to the engine. False: its slots are busy (nothing happened); otherwise it is
   // in flight or already answered (state says which).
   bool TryStart(StreamRead& read);
@@ -154,7 +163,7 @@ class ReadBlocksCall final : public Call, public Flushable {
   WaitList wait_list_;
   // The caller may read this file (ReadBlocksCall::MayRead's cache).
   std::string last_allowed_file_;
-  uint32_t waiting_ = 0;    // reads in the admission queue
+  uint32_t waiting_ = 0;    // reads in the admission queue or waiting for the rate limit
   uint32_t in_flight_ = 0;  // reads in the engine
   bool reading_ = false;    // a Read operation is outstanding
   bool writing_ = false;    // a Write operation is outstanding

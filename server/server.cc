@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
 
 absl::Status BlockReadServer::ReloadAccess() {
   if (config_.auth().empty()) return absl::OkStatus();
-  auto loaded = AccessPolicy::Load(config_.auth());
+  auto loaded = AccessPolicy::Load(config_.auth(), shared_->access.Current().get());
   if (!loaded.ok()) {
     storage::LogError(
         absl::StrCat("--auth: keeping the access rules in force: ", loaded.status().message()));

@@ -173,6 +173,7 @@ Worker::Turn Worker::PollOnce(bool poll_grpc) {
   // Slots gRPC let go of first, so the reads admitted this turn can have them.
   int work = lender_->ReturnReleased();
   work += engine_->PollOnce();
+  if (!paced_.empty()) work += paced_.ResumeDue(storage::MonotonicNowNs());
   if (!admission_.empty()) work += admission_.AdmitWaiting();
   if (!flush_.empty()) {
     flushing_.swap(flush_);
@@ -201,7 +202,7 @@ Worker::Turn Worker::PollOnce(bool poll_grpc) {
   // Stopping: once the server has shut down, nothing new arrives; when our last reads are done
   // no call will start another operation, so the queue can be shut down and drained.
   if (stop_requested_.load(std::memory_order_acquire) && !queue_shut_down_ &&
-      engine_->reads_in_flight() == 0 && admission_.empty()) {
+      engine_->reads_in_flight() == 0 && admission_.empty() && paced_.empty()) {
     ShutDownQueue();
   }
   if (queue_drained_) return Turn::kStopped;
@@ -235,10 +236,18 @@ void Worker::Loop() {
     if (now - idle_since < idle_spin_ns) continue;
 
     // Nothing in flight and nothing for idle_spin_us: only a new RPC (or a wake-up) can make
-    // work, so sleep on gRPC's queue. An idle server uses no CPU.
+    // work, or the start time of the first paced read, so sleep on gRPC's queue until then. An
+    // idle server uses no CPU.
+    gpr_timespec until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    if (!paced_.empty()) {
+      const uint64_t wait_ns =
+          paced_.earliest_start_ns() > now ? paced_.earliest_start_ns() - now : 0;
+      until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                           gpr_time_from_nanos(static_cast<int64_t>(wait_ns), GPR_TIMESPAN));
+    }
     void* tag;
     bool ok;
-    const auto status = queue_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    const auto status = queue_->AsyncNext(&tag, &ok, until);
     if (status == grpc::CompletionQueue::SHUTDOWN) return;
     turn_start = storage::MonotonicNowNs();  // the blocked time counts as idle (see IdleNs)
     if (status == grpc::CompletionQueue::GOT_EVENT) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "server/admission_queue.h"
 #include "server/call.h"
+#include "server/paced_reads.h"
 #include "server/shared_state.h"
 #include "server/slot_lender.h"
 #include "storage/read_path.h"
@@ -104,7 +105,8 @@ class Worker {
     kIdle,     // found nothing to do
     kStopped,  // the queue is shut down and drained: the worker is done
   };
-  // One loop turn: reap the engine, admit waiting reads, flush stream results, tell health
+  // One loop turn: reap the engine, resume paced reads that are due, admit waiting reads, flush
+  // stream results, tell health
   // watchers, and take up to a batch of events from gRPC's queue without blocking (when
   // `poll_grpc`). Never blocks.
   Turn PollOnce(bool poll_grpc = true);
@@ -123,6 +125,8 @@ class Worker {
   bool accepting_operations() const { return !queue_shut_down_; }
   // Where reads wait for engine slots (bounded by max_queued_reads, round-robin across calls).
   AdmissionQueue& admission() { return admission_; }
+  // Where reads wait for their identity's rate limit, before admission.
+  PacedReads& paced() { return paced_; }
   // The accept point: every RPC's request passes here before any per-method code runs. It
   // authenticates the caller (health excepted) and sets the call's identity, and refuses what the
   // identity may never do (Explain without admin). OK to go on; otherwise the status to answer
@@ -161,6 +165,7 @@ class Worker {
   bool queue_shut_down_ = false;
   bool queue_drained_ = false;
   AdmissionQueue admission_;
+  PacedReads paced_;
   std::vector<Flushable*> flush_;
   std::vector<Flushable*> flushing_;  // reused each turn
   std::vector<HealthWatcher*> watchers_;
