@@ -74,6 +74,22 @@ ABSL_FLAG(std::optional<uint32_t>, max_queued_reads, std::nullopt,
           absl::StrCat("Reads a worker holds while its slots are busy before answering "
                        "RESOURCE_EXHAUSTED (default ",
                        blockread::server::kDefaultMaxQueuedReads, ")."));
+ABSL_FLAG(std::optional<uint32_t>, max_concurrent_streams, std::nullopt,
+          absl::StrCat("Concurrent RPCs per client connection (HTTP/2 max concurrent streams); "
+                       "a client's further calls wait in its own transport (default ",
+                       blockread::server::kDefaultMaxConcurrentStreams, ")."));
+ABSL_FLAG(std::optional<uint32_t>, grpc_memory_mb, std::nullopt,
+          absl::StrCat("Memory gRPC may use for connections and calls, in MiB (its resource "
+                       "quota) (default ",
+                       blockread::server::kDefaultGrpcMemoryMb, ")."));
+ABSL_FLAG(std::optional<uint32_t>, max_connection_idle_ms, std::nullopt,
+          absl::StrCat("Close a connection that has had no RPC for this long; clients reconnect "
+                       "on their next call (default ",
+                       blockread::server::kDefaultMaxConnectionIdleMs, ")."));
+ABSL_FLAG(std::optional<uint32_t>, max_unary_in_flight, std::nullopt,
+          absl::StrCat("Unary ReadBlock calls a worker holds open at once; beyond it new ones "
+                       "get RESOURCE_EXHAUSTED at once (default ",
+                       blockread::server::kDefaultMaxUnaryInFlight, ")."));
 ABSL_FLAG(std::optional<uint32_t>, shutdown_grace_ms, std::nullopt,
           absl::StrCat("On SIGTERM/SIGINT, how long in-flight RPCs may take to finish (default ",
                        blockread::server::kDefaultShutdownGraceMs, ")."));
@@ -180,6 +196,14 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
   if (config.shutdown_grace_ms() == 0) config.set_shutdown_grace_ms(kDefaultShutdownGraceMs);
   if (config.keepalive_time_ms() == 0) config.set_keepalive_time_ms(kDefaultKeepaliveTimeMs);
+  if (config.max_concurrent_streams() == 0) {
+    config.set_max_concurrent_streams(kDefaultMaxConcurrentStreams);
+  }
+  if (config.grpc_memory_mb() == 0) config.set_grpc_memory_mb(kDefaultGrpcMemoryMb);
+  if (config.max_connection_idle_ms() == 0) {
+    config.set_max_connection_idle_ms(kDefaultMaxConnectionIdleMs);
+  }
+  if (config.max_unary_in_flight() == 0) config.set_max_unary_in_flight(kDefaultMaxUnaryInFlight);
   if (config.tls_refresh_interval_s() == 0) {
     config.set_tls_refresh_interval_s(kDefaultTlsRefreshIntervalS);
   }
@@ -277,6 +301,10 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_generic_slots)) config.set_generic_slots(*v);
   if (auto v = absl::GetFlag(FLAGS_max_queued_reads)) config.set_max_queued_reads(*v);
   if (auto v = absl::GetFlag(FLAGS_shutdown_grace_ms)) config.set_shutdown_grace_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_concurrent_streams)) config.set_max_concurrent_streams(*v);
+  if (auto v = absl::GetFlag(FLAGS_grpc_memory_mb)) config.set_grpc_memory_mb(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_connection_idle_ms)) config.set_max_connection_idle_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_unary_in_flight)) config.set_max_unary_in_flight(*v);
   // A plain string flag, not an optional one, because absl parses an empty optional flag as
   // "unset" and empty must mean "off". So a value equal to the default counts as not given
   // (the config file, if it says otherwise, wins).

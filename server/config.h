@@ -28,6 +28,13 @@ inline constexpr uint32_t kDefaultMaxQueuedReads = 4096;
 inline constexpr uint32_t kDefaultShutdownGraceMs = 10000;
 inline constexpr uint32_t kDefaultKeepaliveTimeMs = 30000;
 inline constexpr uint32_t kDefaultTlsRefreshIntervalS = 60;
+inline constexpr uint32_t kDefaultMaxConcurrentStreams = 256;
+inline constexpr uint32_t kDefaultGrpcMemoryMb = 2048;
+inline constexpr uint32_t kDefaultMaxConnectionIdleMs = 600000;  // 10 minutes
+inline constexpr uint32_t kDefaultMaxUnaryInFlight = 4096;
+// Open descriptors the server wants (RLIMIT_NOFILE), raised to at startup when the hard limit
+// allows: room for at least 2,000 idle connections besides devices and files.
+inline constexpr uint64_t kWantedOpenFiles = 65536;
 
 // Reads --config (or --check-config; if both are given they must name the same file), applies
 // every flag given on the command line, fills defaults and validates. Call after

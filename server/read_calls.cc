@@ -112,8 +112,23 @@ ReadBlockCall::ReadBlockCall(Worker& worker)
   });
 }
 
+ReadBlockCall::~ReadBlockCall() {
+  if (counted_in_flight_) --worker_.unary_in_flight();
+}
+
 void ReadBlockCall::OnRequest() {
   arrival_ns_ = storage::MonotonicNowNs();
+  // Each open unary call may pin a response in gRPC's buffers until its client reads it: bound
+  // how many a worker holds, so unread calls cannot grow memory without limit.
+  const uint32_t limit = worker_.shared().config.max_unary_in_flight();
+  if (worker_.unary_in_flight() >= limit) {
+    FinishWith(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrFormat(
+        "server overloaded: worker %d already holds max_unary_in_flight = %u ReadBlock calls",
+        worker_.index(), limit))));
+    return;
+  }
+  ++worker_.unary_in_flight();
+  counted_in_flight_ = true;
   if (!Parse(request_buffer_, &request_)) {
     FinishWith(ToGrpcStatus(absl::InvalidArgumentError("malformed ReadBlockRequest")));
     return;

@@ -45,6 +45,7 @@ class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
   static constexpr uint8_t kFinish = kFirstMethodEvent;
 
   explicit ReadBlockCall(Worker& worker);
+  ~ReadBlockCall() override;
   void PostNext() override { Post(worker_); }
   void OnRequest() override;
   void Refuse(const grpc::Status& status) override { FinishWith(status); }
@@ -70,6 +71,7 @@ class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
   CallTag finish_tag_{this, kFinish};
   WaitList wait_list_;
   uint64_t arrival_ns_ = 0;
+  bool counted_in_flight_ = false;  // in Worker::unary_in_flight()
 };
 
 // One ReadBlocks stream: reads are started as their request messages arrive, results are written

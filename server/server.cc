@@ -1,9 +1,12 @@
 #include "server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -40,11 +43,36 @@ absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catal
   return absl::OkStatus();
 }
 
+namespace {
+
+// Each connection is a descriptor: raise the soft RLIMIT_NOFILE (often 1024) to kWantedOpenFiles,
+// or as far as the hard limit lets an unprivileged process, so idle connections in the thousands
+// fit beside the devices and files.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= kWantedOpenFiles) return;
+  rlimit wanted{kWantedOpenFiles, std::max<rlim_t>(limit.rlim_max, kWantedOpenFiles)};
+  if (setrlimit(RLIMIT_NOFILE, &wanted) != 0) {  // not root: up to the hard limit only
+    wanted = {limit.rlim_max, limit.rlim_max};
+    setrlimit(RLIMIT_NOFILE, &wanted);
+  }
+  getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur < 4096) {
+    storage::LogWarning(absl::StrFormat(
+        "open-file limit is %u (RLIMIT_NOFILE; the hard limit allows no more): fewer than ~%u "
+        "client connections fit; raise it (ulimit -n, LimitNOFILE=) for more",
+        limit.rlim_cur, limit.rlim_cur > 256 ? limit.rlim_cur - 256 : 0));
+  }
+}
+
+}  // namespace
+
 BlockReadServer::BlockReadServer(const v1::ServerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
     const v1::ServerConfig& config, bool worker_threads) {
   std::unique_ptr<BlockReadServer> server(new BlockReadServer(config));
+  RaiseOpenFileLimit();
   if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
   auto cpus = ParseCpuList(server->config_.cpus());
   if (!cpus.ok()) return cpus.status();
@@ -81,6 +109,15 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // Server-wide bounds (gRPC 1.51 has no connection cap): streams per connection, idle
+  // connections closed, and one memory quota for every connection's buffers.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(server->config_.max_concurrent_streams()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(server->config_.max_connection_idle_ms()));
+  grpc::ResourceQuota quota("blockread-server");
+  quota.Resize(size_t{server->config_.grpc_memory_mb()} << 20);
+  builder.SetResourceQuota(quota);
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   for (size_t i = 0; i < cpus->size(); ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();

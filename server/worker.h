@@ -127,6 +127,8 @@ class Worker {
   AdmissionQueue& admission() { return admission_; }
   // Where reads wait for their identity's rate limit, before admission.
   PacedReads& paced() { return paced_; }
+  // Unary ReadBlock calls open on this worker (bounded by max_unary_in_flight).
+  uint32_t& unary_in_flight() { return unary_in_flight_; }
   // The accept point: every RPC's request passes here before any per-method code runs. It
   // authenticates the caller (health excepted) and sets the call's identity, and refuses what the
   // identity may never do (Explain without admin). OK to go on; otherwise the status to answer
@@ -166,6 +168,7 @@ class Worker {
   bool queue_drained_ = false;
   AdmissionQueue admission_;
   PacedReads paced_;
+  uint32_t unary_in_flight_ = 0;
   std::vector<Flushable*> flush_;
   std::vector<Flushable*> flushing_;  // reused each turn
   std::vector<HealthWatcher*> watchers_;
