@@ -274,6 +274,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       }
     }
   }
+  response.set_shed(snapshot.shed);
   for (int p = 0; p < storage::kReadPathCount; ++p) {
     const storage::PathSnapshot& in = snapshot.paths[p];
     v1::PathStats* out = response.add_paths();

@@ -192,6 +192,11 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
   for (const auto& [code, count] : WithEveryReadErrorCode(stats.rejected())) {
     rejected.Counter({{"code", code}}, static_cast<double>(count));
   }
+  FamilyBuilder(out, "blockread_reads_shed_total",
+                "Reads answered DEADLINE_EXCEEDED before any I/O: their device's reads take "
+                "longer now (recent p99) than their deadline left them.",
+                MetricType::Counter)
+      .Counter({}, static_cast<double>(stats.shed()));
   FamilyBuilder fallbacks(out, "blockread_fallbacks_total",
                           "Reads that took the generic path, by the reason they did not take "
                           "the simple one.",

@@ -42,6 +42,17 @@ void CountSlotWait(Worker& worker) {
   if (worker.lender().held() > 0) worker.mutable_counters().slot_waits.Add(1);
 }
 
+// The call's deadline on the MonotonicNowNs clock (what the engine and the rate limit compare
+// against), from gRPC's wall-clock deadline; 0 when the call has none.
+uint64_t MonotonicDeadlineNs(const grpc::ServerContext& context, uint64_t now_ns) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           deadline - std::chrono::system_clock::now())
+                           .count();
+  return now_ns + static_cast<uint64_t>(std::max<int64_t>(left, 1));  // 1: already past, not "none"
+}
+
 // When the caller's rate limit (server/rate_limit.h) lets a read of `bytes` arriving at `now_ns`
 // start: now, later (the read is parked until then), or not before the call's deadline (the
 // refusal, RESOURCE_EXHAUSTED, to answer with).
@@ -50,18 +61,11 @@ struct Pacing {
   absl::Status refusal;
 };
 
-Pacing Pace(const Identity& identity, uint64_t bytes, const grpc::ServerContext& context,
-            uint64_t now_ns) {
+Pacing Pace(const Identity& identity, uint64_t bytes, uint64_t deadline_ns, uint64_t now_ns) {
   Pacing pacing{now_ns, absl::OkStatus()};
   if (identity.limiter == nullptr) return pacing;
-  uint64_t latest_start_ns = std::numeric_limits<uint64_t>::max();
-  if (const auto deadline = context.deadline();
-      deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          deadline - std::chrono::system_clock::now())
-                          .count();
-    latest_start_ns = now_ns + static_cast<uint64_t>(std::max<int64_t>(left, 0));
-  }
+  const uint64_t latest_start_ns =
+      deadline_ns == 0 ? std::numeric_limits<uint64_t>::max() : deadline_ns;
   pacing.start_ns = identity.limiter->Reserve(bytes, now_ns, latest_start_ns);
   if (pacing.start_ns == RateLimiter::kRefused) {
     IdentityUsage::Add(identity.usage->refused, 1);
@@ -88,12 +92,13 @@ bool Parse(grpc::ByteBuffer& buffer, Message* message) {
 }
 
 storage::ReadRequest EngineRequest(const std::string& file, uint64_t offset, uint64_t length,
-                                   uint64_t arrival_ns) {
+                                   uint64_t arrival_ns, uint64_t deadline_ns) {
   storage::ReadRequest request;
   request.file = file;
   request.offset = offset;
   request.length = length;
   request.arrival_ns = arrival_ns;
+  request.deadline_ns = deadline_ns;
   return request;
 }
 
@@ -137,7 +142,8 @@ void ReadBlockCall::OnRequest() {
     FinishWith(ToGrpcStatus(ReadDenied(identity(), request_.file())));
     return;
   }
-  const Pacing pacing = Pace(identity(), request_.length(), context_, arrival_ns_);
+  deadline_ns_ = MonotonicDeadlineNs(context_, arrival_ns_);
+  const Pacing pacing = Pace(identity(), request_.length(), deadline_ns_, arrival_ns_);
   if (!pacing.refusal.ok()) {
     FinishWith(ToGrpcStatus(pacing.refusal));
     return;
@@ -175,9 +181,9 @@ void ReadBlockCall::OnDone() {
 
 bool ReadBlockCall::TryStart() {
   absl::Status refusal;
-  switch (worker_.engine().StartRead(
-      EngineRequest(request_.file(), request_.offset(), request_.length(), arrival_ns_),
-      &OnReadDone, this, &refusal)) {
+  switch (worker_.engine().StartRead(EngineRequest(request_.file(), request_.offset(),
+                                                   request_.length(), arrival_ns_, deadline_ns_),
+                                     &OnReadDone, this, &refusal)) {
     case storage::StartOutcome::kQueued:
       Hold();  // the engine read
       return true;
@@ -273,6 +279,10 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
         return;
       }
       const uint64_t arrival_ns = storage::MonotonicNowNs();
+      if (!deadline_known_) {  // a stream's deadline is fixed: converted once
+        deadline_ns_ = MonotonicDeadlineNs(context_, arrival_ns);
+        deadline_known_ = true;
+      }
       for (const v1::ReadItem& item : request_.reads()) StartItem(item, arrival_ns);
       IssueRead();
       return;
@@ -335,7 +345,7 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
     AddError(item.tag(), ReadDenied(identity(), item.file()));
     return;
   }
-  const Pacing pacing = Pace(identity(), item.length(), context_, arrival_ns);
+  const Pacing pacing = Pace(identity(), item.length(), deadline_ns_, arrival_ns);
   if (!pacing.refusal.ok()) {
     AddError(item.tag(), pacing.refusal);
     return;
@@ -383,9 +393,10 @@ void ReadBlocksCall::EnterAdmission(StreamRead& read) {
 
 bool ReadBlocksCall::TryStart(StreamRead& read) {
   absl::Status refusal;
-  switch (worker_.engine().StartRead(
-      EngineRequest(read.item.file(), read.item.offset(), read.item.length(), read.arrival_ns),
-      &OnReadDone, &read, &refusal)) {
+  switch (
+      worker_.engine().StartRead(EngineRequest(read.item.file(), read.item.offset(),
+                                               read.item.length(), read.arrival_ns, deadline_ns_),
+                                 &OnReadDone, &read, &refusal)) {
     case storage::StartOutcome::kQueued:
       Hold();  // the engine read
       ++in_flight_;

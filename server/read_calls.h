@@ -71,6 +71,7 @@ class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
   CallTag finish_tag_{this, kFinish};
   WaitList wait_list_;
   uint64_t arrival_ns_ = 0;
+  uint64_t deadline_ns_ = 0;        // MonotonicNowNs clock; 0: none
   bool counted_in_flight_ = false;  // in Worker::unary_in_flight()
 };
 
@@ -172,6 +173,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   bool half_closed_ = false;
   bool write_failed_ = false;
   bool flush_scheduled_ = false;
+  uint64_t deadline_ns_ = 0;  // the stream's deadline, MonotonicNowNs clock; 0: none
+  bool deadline_known_ = false;
   // INVALID_ARGUMENT once a request message did not parse: the stream ends with it.
   grpc::Status finish_status_;
 };

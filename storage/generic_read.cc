@@ -43,6 +43,7 @@ bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReas
   // count that is complete up front needs no such argument).
   slot.pending_pieces = count;
   slot.had_io = count > 0;
+  if (count > 0) slot.latency_device = slot.pieces[0].device;
   if (count == 0) ready_.push_back(&slot);
   for (uint32_t i = 0; i < count; ++i) QueuePiece(slot.pieces[i]);
   return true;

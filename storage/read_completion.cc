@@ -94,6 +94,7 @@ void EngineContext::Deliver(ReadSlot& slot, uint64_t now_ns) {
   }
   path.queue_ns.Record(result.queue_ns);
   path.device_ns.Record(result.device_ns);
+  if (slot.had_io) device_latency_[slot.latency_device].Record(result.device_ns, now_ns);
   path.total_ns.Record(result.total_ns);
   --reads_in_flight_;
   // The bytes are in the buffer: the file's version may be retired now.

@@ -44,7 +44,8 @@ EngineContext::EngineContext(Catalog& catalog, const EngineConfig& config)
     : catalog_(catalog),
       epoch_reader_(catalog.epochs().Register()),
       config_(config),
-      stats_(catalog.device_count()) {}
+      stats_(catalog.device_count()),
+      device_latency_(catalog.device_count()) {}
 
 absl::StatusOr<std::unique_ptr<EngineContext>> EngineContext::Create(Catalog& catalog,
                                                                      const EngineConfig& config,
@@ -246,6 +247,12 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     epoch_reader_->Exit(epoch_parity);
     return decision.status();
   }
+  if (request.deadline_ns != 0) [[unlikely]] {
+    if (absl::Status shed = ShedIfLate(*map, *decision, request, start_ns); !shed.ok()) {
+      epoch_reader_->Exit(epoch_parity);
+      return shed;
+    }
+  }
   if (decision->path == ReadPathKind::kSimple) {
     *busy = !StartSimple(decision->extent, request, done, context, start_ns, epoch_parity);
   } else {
@@ -254,6 +261,24 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   }
   if (*busy) epoch_reader_->Exit(epoch_parity);
   return absl::OkStatus();
+}
+
+absl::Status EngineContext::ShedIfLate(const FileMap& map, const PathDecision& decision,
+                                       const ReadRequest& request, uint64_t now_ns) {
+  // The device of the read's first byte stands for the read (a generic read may span devices).
+  const DeviceId device = decision.path == ReadPathKind::kSimple
+                              ? decision.extent.device
+                              : map.Lookup(request.offset).device;
+  const uint64_t takes_ns = device == kNoDevice ? 0 : device_latency_[device].P99Ns(now_ns);
+  const uint64_t left_ns = request.deadline_ns > now_ns ? request.deadline_ns - now_ns : 0;
+  if (left_ns > takes_ns) [[likely]] {
+    return absl::OkStatus();
+  }
+  stats_.shed().Add(1);
+  return absl::DeadlineExceededError(absl::StrFormat(
+      "shed before reading: %u us left of the deadline, and reads of file '%s' take %u us now "
+      "(p99)",
+      left_ns / 1000, EchoedName(request.file), takes_ns / 1000));
 }
 
 int EngineContext::PollOnce() {

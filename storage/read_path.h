@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "storage/buffer_pool.h"
 #include "storage/catalog.h"
+#include "storage/device_latency.h"
 #include "storage/engine_config.h"
 #include "storage/io_backend.h"
 #include "storage/name_sync.h"
@@ -90,6 +91,11 @@ struct ReadRequest {
   // When the read arrived at the caller (MonotonicNowNs clock), so time spent waiting for a slot
   // (retries after kBusy) shows as the queue stage; 0 means now.
   uint64_t arrival_ns = 0;
+  // When the caller stops waiting for the answer (MonotonicNowNs clock); 0: never. A read whose
+  // time left is already less than its device's reads currently take (their recent p99,
+  // storage/device_latency.h) is refused with DEADLINE_EXCEEDED before any I/O, and counted as
+  // shed.
+  uint64_t deadline_ns = 0;
 };
 
 // What StartRead did with a read, as fio's queue() answers (FIO_Q_QUEUED/COMPLETED/BUSY).
@@ -167,6 +173,10 @@ class EngineContext {
   absl::Status Init(BackendWrapper wrap_backend);
   absl::Status Dispatch(const ReadRequest& request, ReadDoneFn done, void* context,
                         uint64_t start_ns, bool* busy);
+  // DEADLINE_EXCEEDED (and counted as shed) when `request` has less time left than its device's
+  // reads take now; OK otherwise, and while that is not known.
+  absl::Status ShedIfLate(const FileMap& map, const PathDecision& decision,
+                          const ReadRequest& request, uint64_t now_ns);
   // simple_read.cc / generic_read.cc: fill a slot and queue its pieces. False: no slot free.
   // REQUIRES: request.arrival_ns is set (StartRead fills it in).
   bool StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done, void* context,
@@ -188,6 +198,7 @@ class EngineContext {
   const std::unique_ptr<ReadEpochs::Reader> epoch_reader_;
   const EngineConfig config_;
   StatsShard stats_;
+  std::vector<DeviceLatency> device_latency_;  // by DeviceId
   // The backends this worker owns, and which serves each device (by DeviceId).
   std::vector<std::unique_ptr<IoBackend>> backends_;
   std::vector<IoBackend*> backend_of_device_;

@@ -49,6 +49,7 @@ void StatsSnapshot::Add(const StatsShard& shard) {
     fallbacks[r] += shard.fallback(static_cast<FallbackReason>(r)).Load();
   }
   AddCounts(shard.rejected(), rejected);
+  shed += shard.shed().Load();
   if (devices.size() < shard.device_count()) devices.resize(shard.device_count());
   for (uint32_t d = 0; d < shard.device_count(); ++d) {
     const DeviceStats& in = shard.device(d);

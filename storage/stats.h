@@ -92,6 +92,9 @@ class StatsShard {
   // RESOURCE_EXHAUSTED (slots busy, retry) is not a refusal and is not counted.
   ErrorCounts& rejected() { return rejected_; }
   const ErrorCounts& rejected() const { return rejected_; }
+  // Of the DEADLINE_EXCEEDED refusals, those shed: their device takes longer than their time left.
+  Counter& shed() { return shed_; }
+  const Counter& shed() const { return shed_; }
   DeviceStats& device(uint32_t id) { return devices_[id]; }
   const DeviceStats& device(uint32_t id) const { return devices_[id]; }
   size_t device_count() const { return devices_.size(); }
@@ -100,6 +103,7 @@ class StatsShard {
   std::array<PathStats, kReadPathCount> paths_;
   std::array<Counter, kFallbackReasonCount> fallbacks_;
   ErrorCounts rejected_;
+  Counter shed_;
   std::vector<DeviceStats> devices_;
 };
 
@@ -130,6 +134,7 @@ struct StatsSnapshot {
   std::array<PathSnapshot, kReadPathCount> paths;
   std::array<uint64_t, kFallbackReasonCount> fallbacks{};
   ErrorCountsSnapshot rejected{};
+  uint64_t shed = 0;
   std::vector<DeviceSnapshot> devices;
 
   void Add(const StatsShard& shard);

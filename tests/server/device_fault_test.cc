@@ -1,0 +1,189 @@
+// Issue 13's device faults, with real devices: nbdkit (error and delay filters) exposed as a file
+// by nbdfuse with a --direct-io=on loop device on top, served whole by a real blockread-server
+// beside a healthy device.
+//
+// A slow device (200 ms per read): once the server has seen how long its reads take, a read whose
+// deadline leaves less than that is answered DEADLINE_EXCEEDED before any I/O and counted as shed,
+// while reads of the healthy device with the same deadline are served.
+// EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset, every
+// other read goes on, the device's error counter moves, and once the errors stop it serves again.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/blockread_client.h"
+#include "gtest/gtest.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/nbd_device.h"
+#include "tests/support/prometheus_text.h"
+#include "tests/support/server_process.h"
+
+namespace blockread::testing {
+namespace {
+
+using client::BlockReadClient;
+using client::ReadCallOptions;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kImageBytes = 16 << 20;
+
+std::string MakeImage(const std::string& path, uint64_t seed) {
+  const std::vector<char> bytes = RandomBytes(kImageBytes, seed);
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return std::string(bytes.begin(), bytes.end());
+}
+
+ReadCallOptions WithDeadline(std::chrono::milliseconds timeout) {
+  ReadCallOptions call;
+  call.deadline = std::chrono::system_clock::now() + timeout;
+  return call;
+}
+
+class DeviceFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = NbdDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+    healthy_bytes_ = MakeImage(dir_.path() + "/healthy.img", 1);
+    faulty_bytes_ = MakeImage(dir_.path() + "/faulty.img", 2);
+  }
+  void StartServer(const NbdDevice& faulty) {
+    auto server = ServerProcess::Start(
+        {"--device=faulty=" + faulty.path() + ",healthy=" + dir_.path() + "/healthy.img"},
+        dir_.path() + "/server.log");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = BlockReadClient::Connect(server_->target());
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop(), 0) << server_->Log();
+    }
+  }
+
+  TempDir dir_;
+  std::string healthy_bytes_, faulty_bytes_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<BlockReadClient> client_;
+};
+
+TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers) {
+  NbdDevice::Options options;
+  options.image = dir_.path() + "/faulty.img";
+  options.read_delay_ms = 200;
+  auto device = NbdDevice::Create(dir_.path(), options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  StartServer(**device);
+
+  // Learn: reads with room to wait, enough for the server's estimate (16 a device per worker).
+  std::vector<std::thread> threads;
+  std::atomic<int> learned{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 6; ++i) {
+        const uint64_t offset = static_cast<uint64_t>(t * 6 + i) * 65536;
+        auto read = client_->Read("faulty", offset, 4096, WithDeadline(std::chrono::seconds(10)));
+        if (read.ok() && read->data() == faulty_bytes_.substr(offset, 4096)) {
+          ++learned;
+        } else if (t == 0 && i == 0) {
+          ADD_FAILURE() << (read.ok() ? "wrong bytes" : read.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(learned.load(), 48) << "slow reads with room to wait are served, exact";
+
+  // Now a 50 ms deadline cannot wait for 200 ms: shed at once, before any I/O.
+  int shed = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto start = Clock::now();
+    auto read = client_->Read("faulty", 4096, 4096, WithDeadline(std::chrono::milliseconds(50)));
+    const auto took = Clock::now() - start;
+    ASSERT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
+    if (read.status().message().find("shed before reading") != std::string::npos) {
+      ++shed;
+      EXPECT_LT(took, std::chrono::milliseconds(40)) << "shed, yet answered late";
+      EXPECT_NE(read.status().message().find("file 'faulty'"), std::string::npos) << read.status();
+    }
+  }
+  EXPECT_GE(shed, 8) << "reads the device could not serve in time went to it anyway";
+  // The healthy device, same deadline: served.
+  for (int i = 0; i < 20; ++i) {
+    auto read =
+        client_->Read("healthy", i * 4096, 4096, WithDeadline(std::chrono::milliseconds(50)));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->data(), healthy_bytes_.substr(i * 4096, 4096));
+  }
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->shed(), static_cast<uint64_t>(shed));
+  auto metrics = Scrape(server_->metrics_port());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->Value("blockread_reads_shed_total"), static_cast<double>(shed));
+}
+
+uint64_t DeviceErrors(BlockReadClient& client, const std::string& device) {
+  auto stats = client.Stats();
+  if (!stats.ok()) return ~uint64_t{0};
+  for (const v1::DeviceStats& d : stats->devices()) {
+    if (d.name() == device) return d.errors();
+  }
+  return ~uint64_t{0};
+}
+
+TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenTheErrorsStop) {
+  NbdDevice::Options options;
+  options.image = dir_.path() + "/faulty.img";
+  options.error_trigger_file = dir_.path() + "/errors-on";
+  options.error_rate = 0.1;
+  auto device = NbdDevice::Create(dir_.path(), options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  StartServer(**device);
+  ASSERT_EQ(DeviceErrors(*client_, "faulty"), 0u);
+
+  std::ofstream(options.error_trigger_file) << "on";
+  int failed = 0, served = 0;
+  for (int i = 0; i < 300; ++i) {
+    // Distinct blocks (so no cache answers) on both devices, simple and generic paths.
+    const uint64_t offset = static_cast<uint64_t>(i) * 40960 + (i % 3 == 0 ? 512 : 0);
+    const uint64_t length = i % 2 == 0 ? 4096 : 20000;
+    for (const std::string name : {"faulty", "healthy"}) {
+      const std::string& bytes = name == "faulty" ? faulty_bytes_ : healthy_bytes_;
+      auto read = client_->Read(name, offset, length);
+      if (read.ok()) {
+        EXPECT_EQ(read->data(), bytes.substr(offset, length)) << name << " @" << offset;
+        served += name == "faulty";
+        continue;
+      }
+      EXPECT_EQ(name, "faulty") << "the healthy device failed: " << read.status();
+      EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+      EXPECT_NE(read.status().message().find(
+                    absl::StrCat("reading file faulty at offset ", offset, ": device I/O error")),
+                std::string::npos)
+          << read.status();
+      ++failed;
+    }
+  }
+  std::printf("device_fault: EIO at 10%%: %d of 300 reads failed, %d served\n", failed, served);
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(served, 150);
+  EXPECT_GE(DeviceErrors(*client_, "faulty"), static_cast<uint64_t>(failed));
+  EXPECT_EQ(DeviceErrors(*client_, "healthy"), 0u);
+
+  std::remove(options.error_trigger_file.c_str());
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t offset = static_cast<uint64_t>(i) * 81920 + 8192;
+    auto read = client_->Read("faulty", offset, 4096);
+    ASSERT_TRUE(read.ok()) << "after the errors stopped: " << read.status();
+    EXPECT_EQ(read->data(), faulty_bytes_.substr(offset, 4096));
+  }
+}
+
+}  // namespace
+}  // namespace blockread::testing
