@@ -32,6 +32,8 @@ inline constexpr uint32_t kDefaultMaxConcurrentStreams = 256;
 inline constexpr uint32_t kDefaultGrpcMemoryMb = 2048;
 inline constexpr uint32_t kDefaultMaxConnectionIdleMs = 600000;  // 10 minutes
 inline constexpr uint32_t kDefaultMaxUnaryInFlight = 4096;
+// How often devices are checked for going away and coming back (Catalog::CheckDevices).
+inline constexpr uint32_t kDeviceCheckIntervalMs = 2000;
 // Open descriptors the server wants (RLIMIT_NOFILE), raised to at startup when the hard limit
 // allows: room for at least 2,000 idle connections besides devices and files.
 inline constexpr uint64_t kWantedOpenFiles = 65536;

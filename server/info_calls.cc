@@ -303,7 +303,9 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     const storage::DeviceSnapshot* in =
         id < snapshot.devices.size() ? &snapshot.devices[id] : nullptr;
     if (device.kind() != storage::DeviceKind::kFileRoute) {
-      FillDeviceStats(device.name(), device.path(), in, response.add_devices());
+      v1::DeviceStats* out = response.add_devices();
+      FillDeviceStats(device.name(), device.path(), in, out);
+      out->set_down(!shared.catalog.device_up(id));
       continue;
     }
     ++file_route_devices;

@@ -212,6 +212,10 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                              MetricType::Counter);
   FamilyBuilder device_errors(out, "blockread_device_errors_total", "Device I/Os that failed.",
                               MetricType::Counter);
+  FamilyBuilder device_up(out, "blockread_device_up",
+                          "1 while the device is usable; 0 once its path is gone, until the "
+                          "server reopens it.",
+                          MetricType::Gauge);
   FamilyBuilder device_inflight(out, "blockread_device_inflight",
                                 "Device I/Os submitted and not yet completed.", MetricType::Gauge);
   FamilyBuilder poll_mode(out, "blockread_device_poll_mode",
@@ -234,6 +238,7 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
     device_bytes.Counter({name}, static_cast<double>(device.bytes()));
     device_errors.Counter({name}, static_cast<double>(device.errors()));
     device_inflight.Gauge({name}, static_cast<double>(device.inflight()));
+    device_up.Gauge({name}, device.down() ? 0.0 : 1.0);
     poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kIoPoll)}},
                     device.iopoll_workers());
     poll_mode.Gauge({name, {"mode", PollModeLabel(storage::PollMode::kInterrupt)}},

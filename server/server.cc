@@ -4,6 +4,7 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -159,6 +160,9 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
     }
     server->health_endpoint_ = std::move(*health);
   }
+  if (worker_threads) {
+    server->device_monitor_ = std::thread([raw = server.get()] { raw->MonitorDevices(); });
+  }
   if (!server->config_.user().empty()) {
     // Last: every descriptor, port and thread the server needs is open by now.
     if (absl::Status dropped = DropPrivileges(server->config_.user(), server->catalog_);
@@ -197,9 +201,28 @@ absl::Status BlockReadServer::ReloadAccess() {
   return absl::OkStatus();
 }
 
+void BlockReadServer::MonitorDevices() {
+  pthread_setname_np(pthread_self(), "blockread-devs");
+  std::unique_lock lock(monitor_mu_);
+  while (!monitor_cv_.wait_for(lock, std::chrono::milliseconds(kDeviceCheckIntervalMs),
+                               [&] { return monitor_stop_; })) {
+    lock.unlock();
+    catalog_.CheckDevices();
+    lock.lock();
+  }
+}
+
 void BlockReadServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (device_monitor_.joinable()) {
+    {
+      std::lock_guard lock(monitor_mu_);
+      monitor_stop_ = true;
+    }
+    monitor_cv_.notify_all();
+    device_monitor_.join();
+  }
   metrics_.reset();
   if (shared_ != nullptr) {
     shared_->health.store(grpc::health::v1::HealthCheckResponse::NOT_SERVING);

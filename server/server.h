@@ -5,7 +5,10 @@
 
 #include <grpcpp/server.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "blockread/v1/server_config.pb.h"
@@ -64,6 +67,14 @@ class BlockReadServer {
   std::unique_ptr<HealthEndpoint> health_endpoint_;
   int port_ = 0;
   bool shut_down_ = false;
+
+  // The device monitor: Catalog::CheckDevices() every kDeviceCheckIntervalMs, on its own thread,
+  // until Shutdown().
+  void MonitorDevices();
+  std::thread device_monitor_;
+  std::mutex monitor_mu_;
+  std::condition_variable monitor_cv_;
+  bool monitor_stop_ = false;  // guarded by monitor_mu_
 };
 
 }  // namespace blockread::server

@@ -159,6 +159,27 @@ class Catalog {
     return (name_events_seq_.load(std::memory_order_acquire) & 1) != 0;
   }
 
+  // ---- Devices that go away and come back ----
+  // Checks every device opened by its path (whole devices, manifest devices; not files read
+  // through themselves). A device whose path is gone goes down: reads of its files answer
+  // UNAVAILABLE. A device whose path is there again, or names another device now, is reopened
+  // (the configured path, so a /dev/disk/by-id symlink finds the disk under its new node) when
+  // its size and block size are unchanged, and its descriptor re-pointed at the new open file
+  // (dup3: the DeviceId and the descriptor number stay); workers re-register it on their next
+  // read (DeviceEvents). Logs each change. One thread at a time (the server's device monitor).
+  void CheckDevices();
+  // Whether device `id` is up. Any thread.
+  bool device_up(DeviceId id) const {
+    return device_states_[id]->up.load(std::memory_order_acquire);
+  }
+  // Counts device changes (down, reopened): a worker that has seen a different value looks at
+  // device_up() and device_reopened_at() again. One relaxed load; any thread.
+  uint64_t device_events() const { return device_events_.load(std::memory_order_acquire); }
+  // The device_events() value at which `id` was last reopened (0: never).
+  uint64_t device_reopened_at(DeviceId id) const {
+    return device_states_[id]->reopened_at.load(std::memory_order_acquire);
+  }
+
   // All file names, sorted.
   std::vector<std::string> FileNames() const;
   size_t file_count() const { return files_.size(); }
@@ -192,6 +213,16 @@ class Catalog {
   void AimSignalsAtWatcher(int fd);
 
   std::vector<std::unique_ptr<Device>> devices_;
+  // Per device: up or down, and what its path named when it was (re)opened (CheckDevices).
+  struct DeviceState {
+    std::atomic<bool> up{true};
+    std::atomic<uint64_t> reopened_at{0};
+    dev_t opened_dev = 0;  // st_dev and st_ino (files), st_rdev (block devices) of the open file
+    ino_t opened_ino = 0;
+    dev_t opened_rdev = 0;
+  };
+  std::vector<std::unique_ptr<DeviceState>> device_states_;
+  std::atomic<uint64_t> device_events_{0};
   absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;
   ReadEpochs epochs_;
   // Guards publishing versions against Resolve()'s copies of them.

@@ -65,6 +65,10 @@ class IoBackend {
   virtual void WaitForCompletion() = 0;
   // Pieces queued, waiting or submitted, and not yet reaped.
   virtual unsigned inflight() const = 0;
+  // Device `id`'s descriptor `fd` now refers to a reopened file (Catalog::CheckDevices): a backend
+  // holding its own reference (a registered file) takes the new one. Pieces in flight finish on
+  // the old file. On the engine's thread.
+  virtual void DeviceReopened(uint32_t id, int fd) = 0;
 };
 
 }  // namespace blockread::storage

@@ -49,6 +49,8 @@ class PsyncBackend final : public IoBackend {
   unsigned Reap(PieceDoneFn done, void* context) override;
   void WaitForCompletion() override;
   unsigned inflight() const override { return inflight_; }
+  // Reads go through the device's descriptor number, which now names the reopened file.
+  void DeviceReopened(uint32_t, int) override {}
 
  private:
   PsyncBackend(std::vector<int> fds, int wake_fd) : fds_(std::move(fds)), wake_fd_(wake_fd) {}

@@ -233,6 +233,9 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     *busy = true;
     return absl::OkStatus();
   }
+  if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
+    OnDeviceEvents();
+  }
   const uint8_t epoch_parity = epoch_reader_->Enter();
   absl::Status unavailable;
   const FileMap* map = catalog_.LookupForRead(request.file, &unavailable);
@@ -247,10 +250,10 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     epoch_reader_->Exit(epoch_parity);
     return decision.status();
   }
-  if (request.deadline_ns != 0) [[unlikely]] {
-    if (absl::Status shed = ShedIfLate(*map, *decision, request, start_ns); !shed.ok()) {
+  if (request.deadline_ns != 0 || any_device_down_) [[unlikely]] {
+    if (absl::Status refused = RefuseBeforeIo(*map, *decision, request, start_ns); !refused.ok()) {
       epoch_reader_->Exit(epoch_parity);
-      return shed;
+      return refused;
     }
   }
   if (decision->path == ReadPathKind::kSimple) {
@@ -263,12 +266,32 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   return absl::OkStatus();
 }
 
-absl::Status EngineContext::ShedIfLate(const FileMap& map, const PathDecision& decision,
-                                       const ReadRequest& request, uint64_t now_ns) {
+void EngineContext::OnDeviceEvents() {
+  const uint64_t events = catalog_.device_events();
+  any_device_down_ = false;
+  for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
+    any_device_down_ |= !catalog_.device_up(id);
+    if (catalog_.device_reopened_at(id) > device_events_seen_) {
+      const int fd = catalog_.device(id).fd();
+      for (const auto& backend : backends_) backend->DeviceReopened(id, fd);
+    }
+  }
+  device_events_seen_ = events;
+}
+
+absl::Status EngineContext::RefuseBeforeIo(const FileMap& map, const PathDecision& decision,
+                                           const ReadRequest& request, uint64_t now_ns) {
   // The device of the read's first byte stands for the read (a generic read may span devices).
   const DeviceId device = decision.path == ReadPathKind::kSimple
                               ? decision.extent.device
                               : map.Lookup(request.offset).device;
+  if (device != kNoDevice && !catalog_.device_up(device)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "file '%s' is on a device that is unavailable (it went away); the server reopens it when "
+        "it is back",
+        EchoedName(request.file)));
+  }
+  if (request.deadline_ns == 0) return absl::OkStatus();
   const uint64_t takes_ns = device == kNoDevice ? 0 : device_latency_[device].P99Ns(now_ns);
   const uint64_t left_ns = request.deadline_ns > now_ns ? request.deadline_ns - now_ns : 0;
   if (left_ns > takes_ns) [[likely]] {

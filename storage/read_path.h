@@ -173,10 +173,14 @@ class EngineContext {
   absl::Status Init(BackendWrapper wrap_backend);
   absl::Status Dispatch(const ReadRequest& request, ReadDoneFn done, void* context,
                         uint64_t start_ns, bool* busy);
-  // DEADLINE_EXCEEDED (and counted as shed) when `request` has less time left than its device's
-  // reads take now; OK otherwise, and while that is not known.
-  absl::Status ShedIfLate(const FileMap& map, const PathDecision& decision,
-                          const ReadRequest& request, uint64_t now_ns);
+  // Before any I/O, by the device of the read's first byte: UNAVAILABLE when that device is down;
+  // DEADLINE_EXCEEDED (counted as shed) when `request` has less time left than the device's
+  // reads take now; OK otherwise, and while neither is known.
+  absl::Status RefuseBeforeIo(const FileMap& map, const PathDecision& decision,
+                              const ReadRequest& request, uint64_t now_ns);
+  // The catalog's devices changed (one went down, or was reopened): note which are down, and
+  // re-register reopened devices' descriptors with the backends.
+  void OnDeviceEvents();
   // simple_read.cc / generic_read.cc: fill a slot and queue its pieces. False: no slot free.
   // REQUIRES: request.arrival_ns is set (StartRead fills it in).
   bool StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done, void* context,
@@ -199,6 +203,8 @@ class EngineContext {
   const EngineConfig config_;
   StatsShard stats_;
   std::vector<DeviceLatency> device_latency_;  // by DeviceId
+  uint64_t device_events_seen_ = 0;            // Catalog::device_events() as last handled
+  bool any_device_down_ = false;
   // The backends this worker owns, and which serves each device (by DeviceId).
   std::vector<std::unique_ptr<IoBackend>> backends_;
   std::vector<IoBackend*> backend_of_device_;

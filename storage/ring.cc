@@ -69,6 +69,16 @@ absl::Status Ring::RegisterFiles(const std::vector<int>& fds) {
   return absl::OkStatus();
 }
 
+absl::Status Ring::UpdateRegisteredFile(int file_index, int fd) {
+  if (static_cast<size_t>(file_index) < descriptors_.size() && descriptors_[file_index] >= 0) {
+    return absl::OkStatus();
+  }
+  const int result =
+      io_uring_register_files_update(&ring_, static_cast<unsigned>(file_index), &fd, 1);
+  if (result < 0) return PosixError(-result, "io_uring_register_files_update");
+  return absl::OkStatus();
+}
+
 bool Ring::ArmPoll(int fd, uint64_t user_data) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   if (sqe == nullptr) return false;

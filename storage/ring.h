@@ -44,6 +44,9 @@ class Ring {
     descriptors_ = std::move(descriptors);
   }
   absl::Status RegisterBuffers(const std::vector<iovec>& buffers);
+  // Points registered file `file_index` at `fd` (a reopened device); a file read through a plain
+  // descriptor needs nothing. Reads in flight finish on the file they started on.
+  absl::Status UpdateRegisteredFile(int file_index, int fd);
 
   // Queues a READ_FIXED of `length` bytes at `offset` of registered file `file_index` into
   // `buffer` (inside registered buffer `buffer_index`); `user_data` comes back in the CQE. Not

@@ -30,6 +30,14 @@ absl::StatusOr<std::unique_ptr<UringBackend>> UringBackend::Create(
   return std::unique_ptr<UringBackend>(new UringBackend(*std::move(ring), options.max_in_flight));
 }
 
+void UringBackend::DeviceReopened(uint32_t id, int fd) {
+  if (absl::Status s = ring_->UpdateRegisteredFile(static_cast<int>(id), fd); !s.ok()) {
+    // The old registration stays: reads of the device keep failing until the next reopen.
+    LogError(
+        absl::StrCat("device ", id, " reopened, but this worker cannot use it: ", s.message()));
+  }
+}
+
 BackendKind UringBackend::kind() const {
   return ring_->mode() == PollMode::kIoPoll ? BackendKind::kUringIoPoll
                                             : BackendKind::kUringInterrupt;

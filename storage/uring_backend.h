@@ -42,6 +42,7 @@ class UringBackend final : public IoBackend {
   unsigned Reap(PieceDoneFn done, void* context) override;
   void WaitForCompletion() override;
   unsigned inflight() const override { return ring_->inflight() + waiting_count_; }
+  void DeviceReopened(uint32_t id, int fd) override;
 
   // Reads `length` bytes at offset 0 of registered file `file_index` and waits for the result:
   // whether polled I/O works on that device (an IOPOLL ring on a device without poll queues

@@ -7,6 +7,8 @@
 // while reads of the healthy device with the same deadline are served.
 // EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset, every
 // other read goes on, the device's error counter moves, and once the errors stop it serves again.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -183,6 +185,80 @@ TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenThe
     ASSERT_TRUE(read.ok()) << "after the errors stopped: " << read.status();
     EXPECT_EQ(read->data(), faulty_bytes_.substr(offset, 4096));
   }
+}
+
+// Waits (bounded) until a read of `file` answers `code`; returns the last status seen.
+absl::Status WaitForReadStatus(BlockReadClient& client, const std::string& file,
+                               absl::StatusCode code) {
+  absl::Status last;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    last = client.Read(file, 8192, 4096, WithDeadline(std::chrono::seconds(5))).status();
+    if (last.code() == code) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return last;
+}
+
+TEST_F(DeviceFaultTest, ADeviceThatGoesAwayIsUnavailableAndServedAgainWhenItComesBack) {
+  NbdDevice::Options options;
+  options.image = dir_.path() + "/faulty.img";
+  auto first = NbdDevice::Create(dir_.path(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // Served by a stable path, as /dev/disk/by-id names a disk whatever node it gets.
+  const std::string stable = dir_.path() + "/by-id-faulty";
+  ASSERT_EQ(symlink((*first)->path().c_str(), stable.c_str()), 0);
+  auto server = ServerProcess::Start(
+      {"--device=faulty=" + stable + ",healthy=" + dir_.path() + "/healthy.img"},
+      dir_.path() + "/server.log");
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  client_ = BlockReadClient::Connect(server_->target());
+  ASSERT_TRUE(client_->Read("faulty", 8192, 4096).ok());
+
+  // It goes away: its NBD server stops and its stable path with it.
+  first->reset();
+  ASSERT_EQ(unlink(stable.c_str()), 0);
+  const absl::Status gone = WaitForReadStatus(*client_, "faulty", absl::StatusCode::kUnavailable);
+  ASSERT_EQ(gone.code(), absl::StatusCode::kUnavailable) << gone;
+  EXPECT_NE(gone.message().find("file 'faulty' is on a device that is unavailable"),
+            std::string::npos)
+      << gone;
+  EXPECT_EQ(gone.message().find(stable), std::string::npos) << "no server path in a message";
+  auto healthy = client_->Read("healthy", 4096, 4096);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_EQ(healthy->data(), healthy_bytes_.substr(4096, 4096));
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const v1::DeviceStats& d : stats->devices()) {
+    EXPECT_EQ(d.down(), d.name() == "faulty") << d.name();
+  }
+  auto metrics = Scrape(server_->metrics_port());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->Value("blockread_device_up", {{"device", "faulty"}}), 0.0);
+  EXPECT_EQ(metrics->Value("blockread_device_up", {{"device", "healthy"}}), 1.0);
+
+  // It comes back, under another node, at the same stable path: reopened and served, exact.
+  auto second = NbdDevice::Create(dir_.path(), options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(symlink((*second)->path().c_str(), stable.c_str()), 0);
+  const absl::Status back = WaitForReadStatus(*client_, "faulty", absl::StatusCode::kOk);
+  ASSERT_TRUE(back.ok()) << back << "\n" << server_->Log();
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1} << 20, uint64_t{5} << 20}) {
+    for (uint64_t length : {uint64_t{4096}, uint64_t{300000}}) {
+      auto read = client_->Read("faulty", offset, length);
+      ASSERT_TRUE(read.ok()) << read.status();
+      EXPECT_EQ(read->data(), faulty_bytes_.substr(offset, length));
+    }
+  }
+  metrics = Scrape(server_->metrics_port());
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(metrics->Value("blockread_device_up", {{"device", "faulty"}}), 1.0);
+  EXPECT_NE(server_->Log().find("device faulty (" + stable + ") is back"), std::string::npos);
+  // The server must close its descriptor of the dead node before the test tears the new one
+  // down: stop it first.
+  client_.reset();
+  EXPECT_EQ(server_->Stop(), 0) << server_->Log();
+  server_.reset();
 }
 
 }  // namespace

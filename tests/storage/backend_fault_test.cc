@@ -51,6 +51,7 @@ class FaultyBackend final : public IoBackend {
     return inner_->Reap(&Trampoline, this);
   }
   void WaitForCompletion() override { inner_->WaitForCompletion(); }
+  void DeviceReopened(uint32_t id, int fd) override { inner_->DeviceReopened(id, fd); }
   unsigned inflight() const override {
     return inner_->inflight() + static_cast<unsigned>(plan->held.size());
   }
