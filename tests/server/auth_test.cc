@@ -1,14 +1,12 @@
 // Identities and access rules (--auth), as clients see them: a real server on the demo device,
 // tokens and client certificates, what each identity may read, list, stat and ask, and a reload
 // on SIGHUP.
-#include <openssl/sha.h>
 #include <signal.h>
 
 #include <chrono>
 #include <fstream>
 #include <thread>
 
-#include "absl/strings/escaping.h"
 #include "client/blockread_client.h"
 #include "gtest/gtest.h"
 #include "storage/catalog.h"
@@ -24,17 +22,10 @@ namespace {
 using client::BlockReadClient;
 using client::ClientOptions;
 
-std::string Sha256Hex(const std::string& token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
-}
-
 std::string AccessFile(const std::string& reader_allow) {
-  return "identity { name: \"reader\" token_sha256: \"" + Sha256Hex("reader-token") +
+  return "identity { name: \"reader\" token_sha256: \"" + TokenSha256Hex("reader-token") +
          "\" allow: \"" + reader_allow + "\" }\n" + "identity { name: \"ops\" token_sha256: \"" +
-         Sha256Hex("ops-token") + "\" allow: \"**\" admin: true }\n";
+         TokenSha256Hex("ops-token") + "\" allow: \"**\" admin: true }\n";
 }
 
 class AuthTest : public ::testing::Test {

@@ -147,8 +147,7 @@ class LeastPrivilegeTest : public ::testing::Test {
 
 TEST_F(LeastPrivilegeTest, ServesAsNobodyWithOnlyTheWatchersLease) {
   // Root's files, readable by all: nobody could read them, but not lease them without CAP_LEASE.
-  ASSERT_TRUE(
-      testing::WriteAt(served_ + "/big.bin", 0, testing::RandomBytes(kMiB, 1), true).ok());
+  ASSERT_TRUE(testing::WriteAt(served_ + "/big.bin", 0, testing::RandomBytes(kMiB, 1), true).ok());
   ASSERT_TRUE(
       testing::WriteAt(served_ + "/small.bin", 0, testing::RandomBytes(20000, 2), true).ok());
   auto server =

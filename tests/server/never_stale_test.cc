@@ -51,11 +51,6 @@
 #include "tests/support/server_process.h"
 
 namespace blockread {
-namespace testing {
-// gtest names the parameters of a failing case with it (found by argument-dependent lookup).
-void PrintTo(FsType type, std::ostream* os) { *os << FsTypeName(type); }
-}  // namespace testing
-
 namespace {
 
 using client::BlockReadClient;

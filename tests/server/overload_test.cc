@@ -7,7 +7,6 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <netinet/in.h>
-#include <openssl/sha.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,13 +20,13 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "blockread/v1/blockread.grpc.pb.h"
 #include "client/blockread_client.h"
 #include "gtest/gtest.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/server_process.h"
+#include "tests/support/test_ca.h"
 
 namespace blockread::testing {
 namespace {
@@ -255,18 +254,12 @@ TEST_F(OverloadTest, ARequestJustUnderTheReceiveLimitOfOneByteReadsIsAnsweredRea
   ExpectANewClientReads();
 }
 
-std::string Sha256Hex(const std::string& token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
-}
-
 TEST_F(OverloadTest, UnaryCallsBeyondAWorkersBoundAreRefusedAtOnce) {
   // A rate-limited identity keeps its calls open (waiting for the limit): the worker's bound on
   // open unary calls is then what answers the rest.
   const std::string auth = dir_.path() + "/access.textproto";
-  std::ofstream(auth) << "identity { name: \"slow\" token_sha256: \"" << Sha256Hex("slow-token")
+  std::ofstream(auth) << "identity { name: \"slow\" token_sha256: \""
+                      << TokenSha256Hex("slow-token")
                       << "\" allow: \"**\" max_iops: 2 admin: true }\n";
   ClientOptions slow;
   slow.token = "slow-token";

@@ -4,7 +4,6 @@
 // that the limit would start after its deadline is refused at once with RESOURCE_EXHAUSTED; the
 // counts show in GetStats (each identity sees its own) and /metrics. The rates are upper bounds
 // that the server must keep, not speed assertions.
-#include <openssl/sha.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,13 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
 #include "gtest/gtest.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/server_process.h"
+#include "tests/support/test_ca.h"
 
 namespace blockread::testing {
 namespace {
@@ -31,25 +30,18 @@ constexpr uint64_t kSlowIops = 200;
 constexpr uint64_t kMeteredBytesPerSecond = 2 << 20;  // 2 MiB/s
 constexpr auto kRun = std::chrono::seconds(3);
 
-std::string Sha256Hex(const std::string& token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
-}
-
 class QosTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string auth = dir_.path() + "/access.textproto";
     std::ofstream(auth) << absl::StrCat(
-        "identity { name: \"slow\" token_sha256: \"", Sha256Hex("slow-token"),
+        "identity { name: \"slow\" token_sha256: \"", TokenSha256Hex("slow-token"),
         "\" allow: \"**\" max_iops: ", kSlowIops, " }\n",
-        "identity { name: \"metered\" token_sha256: \"", Sha256Hex("metered-token"),
+        "identity { name: \"metered\" token_sha256: \"", TokenSha256Hex("metered-token"),
         "\" allow: \"**\" max_bytes_per_second: ", kMeteredBytesPerSecond, " }\n",
-        "identity { name: \"free\" token_sha256: \"", Sha256Hex("free-token"),
-        "\" allow: \"**\" }\n", "identity { name: \"ops\" token_sha256: \"", Sha256Hex("ops-token"),
-        "\" allow: \"**\" admin: true }\n");
+        "identity { name: \"free\" token_sha256: \"", TokenSha256Hex("free-token"),
+        "\" allow: \"**\" }\n", "identity { name: \"ops\" token_sha256: \"",
+        TokenSha256Hex("ops-token"), "\" allow: \"**\" admin: true }\n");
     ClientOptions ops;
     ops.token = "ops-token";
     auto server = ServerProcess::Start({"--data_dir=" + dir_.path() + "/data", "--auth=" + auth},

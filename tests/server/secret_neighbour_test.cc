@@ -28,10 +28,6 @@
 #include "tests/support/server_process.h"
 
 namespace blockread {
-namespace testing {
-void PrintTo(FsType type, std::ostream* os) { *os << FsTypeName(type); }
-}  // namespace testing
-
 namespace {
 
 using client::BlockReadClient;

@@ -163,6 +163,8 @@ absl::StatusOr<std::unique_ptr<LoopFilesystem>> MakeLoopFilesystem(
   return result;
 }
 
+void PrintTo(FsType type, std::ostream* os) { *os << FsTypeName(type); }
+
 std::vector<char> RandomBytes(size_t size, uint64_t seed) {
   std::vector<char> out(size);
   uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;

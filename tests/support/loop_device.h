@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ class LoopDevice {
 
 enum class FsType { kExt4, kXfs, kBtrfs };
 const char* FsTypeName(FsType type);
+// gtest names a failing case's FsType parameter with it (found by argument-dependent lookup).
+void PrintTo(FsType type, std::ostream* os);
 
 // A filesystem made on a device and mounted at a fresh directory.
 class MountedFilesystem {

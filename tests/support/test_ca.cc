@@ -1,10 +1,12 @@
 #include "tests/support/test_ca.h"
 
+#include <openssl/sha.h>
 #include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "tests/support/server_process.h"
 
@@ -81,6 +83,13 @@ absl::StatusOr<IssuedCert> TestCa::IssueServer(const std::string& common_name,
 absl::StatusOr<IssuedCert> TestCa::IssueClient(const std::string& common_name,
                                                const std::string& out_dir, bool expired) const {
   return Issue(common_name, "client", out_dir, common_name, expired);
+}
+
+std::string TokenSha256Hex(const std::string& token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 }  // namespace blockread::testing

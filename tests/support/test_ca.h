@@ -9,6 +9,9 @@
 
 namespace blockread::testing {
 
+// Lowercase hex SHA-256 of `token`: what an --auth file's token_sha256 holds for it.
+std::string TokenSha256Hex(const std::string& token);
+
 // PEM files of one issued certificate.
 struct IssuedCert {
   std::string cert;  // path of the certificate
