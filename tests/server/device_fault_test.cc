@@ -33,6 +33,12 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kImageBytes = 16 << 20;
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
 std::string MakeImage(const std::string& path, uint64_t seed) {
   const std::vector<char> bytes = RandomBytes(kImageBytes, seed);
   std::ofstream(path, std::ios::binary)
@@ -110,7 +116,12 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
     ASSERT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
     if (read.status().message().find("shed before reading") != std::string::npos) {
       ++shed;
-      EXPECT_LT(took, std::chrono::milliseconds(40)) << "shed, yet answered late";
+      // How fast is timing, checked in the normal build only: under TSan the first read after
+      // the concurrent ones above took ~250 ms inside the client library before the server saw
+      // it (the server still had the whole 50 ms to shed it).
+      if (!kSanitizerBuild) {
+        EXPECT_LT(took, std::chrono::milliseconds(40)) << "shed, yet answered late";
+      }
       EXPECT_NE(read.status().message().find("file 'faulty'"), std::string::npos) << read.status();
     }
   }
