@@ -63,6 +63,23 @@ TEST_F(DemoServerTest, RestartReusesTheDemoDevice) {
   EXPECT_EQ(after->data(), before->data());
 }
 
+// Names are looked up among the served files, never joined to a path or opened: a name that
+// climbs, is absolute, or hides a NUL is just unknown, even when it would resolve to a served
+// file or to a file of the server's machine.
+TEST_F(DemoServerTest, NamesThatLookLikePathsAreUnknown) {
+  const std::string data = dir_.path() + "/data";
+  for (const std::string& name :
+       {std::string("../data/demo-device.img"), std::string("/etc/passwd"), data + "/demo.manifest",
+        std::string("./large"), std::string("large/../large"), std::string("large/"),
+        std::string("large\0", 6), std::string("lar\0ge", 6)}) {
+    auto read = client_->Read(name, 0, 4096);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound)
+        << "'" << name << "': " << read.status();
+    EXPECT_EQ(client_->Stat(name).status().code(), absl::StatusCode::kNotFound) << name;
+  }
+  ASSERT_TRUE(client_->Read("large", 0, 4096).ok());
+}
+
 TEST_F(DemoServerTest, TheDataDirectoryIsPrivate) {
   struct stat st {};
   ASSERT_EQ(stat((dir_.path() + "/data").c_str(), &st), 0);
