@@ -131,7 +131,18 @@ class BackendFaultTest : public ::testing::TestWithParam<IoEngine> {
     return std::vector<char>(content_.begin() + static_cast<ptrdiff_t>(offset),
                              content_.begin() + static_cast<ptrdiff_t>(offset + length));
   }
-  // Polls `turns` times; the read must stay undelivered and in flight throughout.
+  // Polls until `condition` holds (the backend may be a thread pool: how soon a piece completes
+  // is up to the scheduler, slow under a sanitizer on a busy machine), at most 20 s.
+  template <typename Condition>
+  bool PollUntil(EngineContext& engine, Condition condition) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!condition() && std::chrono::steady_clock::now() < end) {
+      engine.PollOnce();
+      usleep(100);
+    }
+    return condition();
+  }
+  // Polls `turns` more times; the read must stay undelivered and in flight throughout.
   void ExpectStaysInFlight(EngineContext& engine, const Delivery& delivery, int turns) {
     for (int i = 0; i < turns; ++i) {
       engine.PollOnce();
@@ -151,10 +162,11 @@ class BackendFaultTest : public ::testing::TestWithParam<IoEngine> {
     std::vector<Delivery> d(slots + 1);
     plan_.halve_first_completion = false;
     for (uint32_t i = 0; i < slots; ++i) {
-      ASSERT_EQ(testing::StartRead(engine, "disk", i * 4096, 4096, &Record, &d[i]),
+      EXPECT_EQ(testing::StartRead(engine, "disk", i * 4096, 4096, &Record, &d[i]),
                 StartOutcome::kQueued);
     }
     EXPECT_EQ(testing::StartRead(engine, "disk", 0, 4096, &Record, &d[slots]), StartOutcome::kBusy);
+    // Drained before `d` goes: every read started above delivers into it.
     while (engine.reads_in_flight() > 0) engine.PollOnce();
     for (uint32_t i = 0; i < slots; ++i) {
       EXPECT_EQ(d[i].count, 1);
@@ -174,9 +186,11 @@ class BackendFaultTest : public ::testing::TestWithParam<IoEngine> {
     plan_.hold_requeued = true;
     ASSERT_EQ(testing::StartRead(engine, "disk", offset, 4096, &Record, &delivery),
               StartOutcome::kQueued);
+    // The first half arrives and the rest, re-queued, is pushed back.
+    ASSERT_TRUE(PollUntil(engine, [&] { return plan_.held.size() == 1; }));
+    EXPECT_EQ(plan_.halved.size(), 1u);
     ExpectStaysInFlight(engine, delivery, 50);
-    ASSERT_EQ(plan_.halved.size(), 1u);
-    ASSERT_EQ(plan_.held.size(), 1u);  // the rest, re-queued and pushed back
+    ASSERT_EQ(plan_.held.size(), 1u);
   }
 
   testing::TempDir dir_;
@@ -187,10 +201,10 @@ class BackendFaultTest : public ::testing::TestWithParam<IoEngine> {
 };
 
 TEST_P(BackendFaultTest, AShortReadWhoseRestIsPushedBackIsDeliveredOnceWhenTheRestArrives) {
+  Delivery delivery;  // outlives the engine, which delivers into it until it is gone
   auto engine = MakeEngineWithTwoSimpleSlots();
   ASSERT_NE(engine, nullptr);
-  Delivery delivery;
-  StartShortReadWithItsRestHeld(*engine, 65536, delivery);
+  ASSERT_NO_FATAL_FAILURE(StartShortReadWithItsRestHeld(*engine, 65536, delivery));
   last_backend->ReleaseHeld(0);
   PollUntilDelivered(*engine, delivery);
   ASSERT_TRUE(delivery.status.ok()) << delivery.status;
@@ -199,10 +213,10 @@ TEST_P(BackendFaultTest, AShortReadWhoseRestIsPushedBackIsDeliveredOnceWhenTheRe
 }
 
 TEST_P(BackendFaultTest, AShortReadWhoseRestFailsIsOneDataLossAndFreesItsSlotOnce) {
+  Delivery delivery;  // outlives the engine, which delivers into it until it is gone
   auto engine = MakeEngineWithTwoSimpleSlots();
   ASSERT_NE(engine, nullptr);
-  Delivery delivery;
-  StartShortReadWithItsRestHeld(*engine, 8192, delivery);
+  ASSERT_NO_FATAL_FAILURE(StartShortReadWithItsRestHeld(*engine, 8192, delivery));
   last_backend->ReleaseHeld(EIO);
   PollUntilDelivered(*engine, delivery);
   EXPECT_EQ(delivery.status.code(), absl::StatusCode::kDataLoss) << delivery.status;
@@ -216,18 +230,18 @@ TEST_P(BackendFaultTest, AGenericReadWaitsForEveryPieceIncludingARequeuedRest) {
   EngineConfig config;
   config.generic_slots = 1;
   config.max_io_bytes = 4096;  // 64 KiB = 16 pieces
+  Delivery delivery, other;    // outlive the engine, which delivers into them until it is gone
   auto engine = MakeEngine(config);
   ASSERT_NE(engine, nullptr);
   plan_.halve_first_completion = true;
   plan_.hold_requeued = true;
-  Delivery delivery;
   ASSERT_EQ(testing::StartRead(*engine, "disk", 1 << 20, 65536 + 512, &Record, &delivery),
             StartOutcome::kQueued);
+  // Every piece comes back short and has its rest held.
+  ASSERT_TRUE(PollUntil(*engine, [&] { return plan_.held.size() >= 16; })) << plan_.held.size();
   ExpectStaysInFlight(*engine, delivery, 50);
   EXPECT_EQ(plan_.held.size(), plan_.halved.size());
-  EXPECT_GE(plan_.held.size(), 16u);
   // The only generic slot is still taken.
-  Delivery other;
   EXPECT_EQ(testing::StartRead(*engine, "disk", 0, 65536, &Record, &other), StartOutcome::kBusy);
   last_backend->ReleaseHeld(0);
   PollUntilDelivered(*engine, delivery);
@@ -246,9 +260,9 @@ TEST_P(BackendFaultTest, EveryPieceOfManyLargeFragmentedReadsCompletes) {
   EngineConfig config;
   config.generic_slots = 8;
   config.max_io_bytes = 4096;
+  std::vector<Delivery> d(8);  // outlives the engine, which delivers into it until it is gone
   auto engine = MakeEngine(config);
   ASSERT_NE(engine, nullptr);
-  std::vector<Delivery> d(8);
   for (int i = 0; i < 8; ++i) {
     // Unaligned by 100 bytes: generic path, 257 pieces each.
     ASSERT_EQ(
