@@ -13,6 +13,7 @@ bool AdmissionQueue::Push(WaitList& list, WaitingRead& read) {
   list.tail_ = &read;
   ++size_;
   if (list.next_ == nullptr) {  // the list joins the ring, last in turn
+    ++lists_;
     if (cursor_ == nullptr) {
       list.next_ = list.prev_ = &list;
       cursor_ = &list;
@@ -27,6 +28,7 @@ bool AdmissionQueue::Push(WaitList& list, WaitingRead& read) {
 }
 
 void AdmissionQueue::Unlink(WaitList& list) {
+  --lists_;
   if (list.next_ == &list) {
     cursor_ = nullptr;
   } else {
@@ -52,10 +54,18 @@ void AdmissionQueue::RemoveAll(WaitList& list) {
 
 int AdmissionQueue::AdmitWaiting() {
   int admitted = 0;
-  while (cursor_ != nullptr) {
+  size_t passed_over = 0;  // calls in a row whose first read waits for its device's share
+  while (cursor_ != nullptr && passed_over < lists_) {
     WaitList& list = *cursor_;
     WaitingRead& read = *list.head_;
-    if (!read.TryAdmit()) break;  // the slots are busy: nobody else gets one either this turn
+    const Admission admission = read.TryAdmit();
+    if (admission == Admission::kSlotsBusy) break;
+    if (admission == Admission::kDeviceBusy) {
+      ++passed_over;
+      cursor_ = list.next_;
+      continue;
+    }
+    passed_over = 0;
     list.head_ = read.next_;
     --size_;
     ++admitted;

@@ -164,7 +164,7 @@ void ReadBlockCall::Resume() {
 void ReadBlockCall::EnterAdmission() {
   AdmissionQueue& admission = worker_.admission();
   // Behind the reads already waiting: a newcomer never overtakes them.
-  if (admission.empty() && TryStart()) return;
+  if (admission.empty() && TryStart() == Admission::kStarted) return;
   CountSlotWait(worker_);
   if (admission.Push(wait_list_, *this)) {
     Hold();  // waiting for admission
@@ -179,21 +179,23 @@ void ReadBlockCall::OnDone() {
   if (cancelled()) worker_.admission().RemoveAll(wait_list_);
 }
 
-bool ReadBlockCall::TryStart() {
+Admission ReadBlockCall::TryStart() {
   absl::Status refusal;
   switch (worker_.engine().StartRead(EngineRequest(request_.file(), request_.offset(),
                                                    request_.length(), arrival_ns_, deadline_ns_),
                                      &OnReadDone, this, &refusal)) {
     case storage::StartOutcome::kQueued:
       Hold();  // the engine read
-      return true;
+      return Admission::kStarted;
     case storage::StartOutcome::kCompleted:
       FinishWith(ToGrpcStatus(refusal));
-      return true;
+      return Admission::kStarted;
     case storage::StartOutcome::kBusy:
-      return false;
+      return Admission::kSlotsBusy;
+    case storage::StartOutcome::kDeviceBusy:
+      return Admission::kDeviceBusy;
   }
-  return false;
+  return Admission::kSlotsBusy;
 }
 
 bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result) {
@@ -313,7 +315,7 @@ void ReadBlocksCall::IssueRead() {
   // Backpressure: while reads wait for slots, or results pile up because the client does not read
   // them, stop reading the stream (HTTP/2 flow control then slows the client). The last waiting
   // read to leave the admission queue, or the next write, resumes reading.
-  if (waiting_ > 0 || gathered_size_ > write_limit()) return;
+  if (waiting_ > 0 || gathered_.size() > write_limit()) return;
   reading_ = true;
   stream_.Read(&incoming_, Op(read_tag_));
 }
@@ -377,7 +379,7 @@ void ReadBlocksCall::OnPaceDone(StreamRead& read) {
 
 void ReadBlocksCall::EnterAdmission(StreamRead& read) {
   AdmissionQueue& admission = worker_.admission();
-  if (admission.empty() && TryStart(read)) {
+  if (admission.empty() && TryStart(read) == Admission::kStarted) {
     if (read.state == StreamRead::State::kAnswered) FreeRead(&read);
     return;
   }
@@ -391,7 +393,7 @@ void ReadBlocksCall::EnterAdmission(StreamRead& read) {
   FreeRead(&read);
 }
 
-bool ReadBlocksCall::TryStart(StreamRead& read) {
+Admission ReadBlocksCall::TryStart(StreamRead& read) {
   absl::Status refusal;
   switch (
       worker_.engine().StartRead(EngineRequest(read.item.file(), read.item.offset(),
@@ -401,15 +403,17 @@ bool ReadBlocksCall::TryStart(StreamRead& read) {
       Hold();  // the engine read
       ++in_flight_;
       read.state = StreamRead::State::kInFlight;
-      return true;
+      return Admission::kStarted;
     case storage::StartOutcome::kCompleted:
       AddError(read.item.tag(), refusal);
       read.state = StreamRead::State::kAnswered;
-      return true;
+      return Admission::kStarted;
     case storage::StartOutcome::kBusy:
-      return false;
+      return Admission::kSlotsBusy;
+    case storage::StartOutcome::kDeviceBusy:
+      return Admission::kDeviceBusy;
   }
-  return false;
+  return Admission::kSlotsBusy;
 }
 
 void ReadBlocksCall::OnLeftQueue(StreamRead& read) {
@@ -436,20 +440,16 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
       v1::ReadResult out;
       out.set_tag(read->item.tag());
       FillFromResult(out, result, read->item.want_crc32c(), read->arrival_ns);
-      std::string& bytes = call->gathered_bytes_;
-      const size_t before = bytes.size();
       if (result.length >= kMinZeroCopyBytes &&
           call->worker_.lender().TryHold(result.path, &call->slots_)) {
         // The result's header now; its data goes from the slot when the message is written.
-        AppendSubmessageWithData(v1::ReadBlocksResponse::kResultsFieldNumber, out,
-                                 v1::ReadResult::kDataFieldNumber, result.length, &bytes);
-        call->Gather(bytes.size() - before + result.length, true, HeldSlotOf(result));
+        call->gathered_.AddHeld(out, HeldSlotOf(result));
         keep_slot = true;
       } else {
         out.set_data(result.data, result.length);
-        AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, out, &bytes);
-        call->Gather(bytes.size() - before, false, HeldSlot());
+        call->gathered_.AddCopied(out);
       }
+      call->ScheduleFlush();
     }
   }
   call->FreeRead(read);
@@ -462,24 +462,12 @@ void ReadBlocksCall::AddError(uint64_t tag, const absl::Status& status) {
   v1::ReadResult out;
   out.set_tag(tag);
   FillStatus(status, &out);
-  const size_t before = gathered_bytes_.size();
-  AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, out, &gathered_bytes_);
-  Gather(gathered_bytes_.size() - before, false, HeldSlot());
-}
-
-void ReadBlocksCall::Gather(uint64_t bytes, bool held, const HeldSlot& slot) {
-  gathered_.push_back(Gathered{gathered_bytes_.size(), held, slot});
-  gathered_size_ += bytes;
+  gathered_.AddCopied(out);
   ScheduleFlush();
 }
 
 void ReadBlocksCall::DropGathered() {
-  for (const Gathered& result : gathered_) {
-    if (result.held) worker_.lender().Drop(result.slot, &slots_);
-  }
-  gathered_.clear();
-  gathered_bytes_.clear();
-  gathered_size_ = 0;
+  gathered_.Clear([this](const HeldSlot& slot) { worker_.lender().Drop(slot, &slots_); });
 }
 
 uint64_t ReadBlocksCall::write_limit() const {
@@ -505,28 +493,18 @@ void ReadBlocksCall::MaybeWrite() {
   if (writing_ || gathered_.empty() || over() || !may_start_operations()) return;
   // Everything gathered goes in one message, unless that would pass the message size limit: then
   // the rest waits for the next write. Oldest first.
-  const uint64_t limit = write_limit();
-  size_t count = 0;
-  uint64_t size = 0;
-  size_t header_begin = 0;
-  for (; count < gathered_.size(); ++count) {
-    const Gathered& result = gathered_[count];
-    const uint64_t bytes = result.end - header_begin + (result.held ? result.slot.length : 0);
-    if (count > 0 && size + bytes > limit) break;
-    size += bytes;
-    header_begin = result.end;
-  }
-  const size_t bytes_end = gathered_[count - 1].end;
+  const ResultBatch::Message next = gathered_.Next(write_limit());
+  const size_t bytes_end = next.bytes_end;
 
   // One slice holds the headers (and copied results) of the whole message; the held results'
   // data slices go between its pieces. The slab is the only copy, of a few dozen bytes per held
   // result.
-  const grpc::Slice slab(gathered_bytes_.data(), bytes_end);
+  const grpc::Slice slab(gathered_.bytes().data(), bytes_end);
   SlotLender& lender = worker_.lender();
   slices_.clear();
   size_t piece_begin = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const Gathered& result = gathered_[i];
+  for (size_t i = 0; i < next.count; ++i) {
+    const ResultBatch::Result& result = gathered_.result(i);
     if (!result.held) continue;
     slices_.push_back(
         piece_begin == 0 && result.end == bytes_end ? slab : slab.sub(piece_begin, result.end));
@@ -539,11 +517,8 @@ void ReadBlocksCall::MaybeWrite() {
   const grpc::ByteBuffer message(slices_.data(), slices_.size());
   slices_.clear();  // the message holds its own references
 
-  // What is left waits for the next write, its offsets rebased.
-  gathered_.erase(gathered_.begin(), gathered_.begin() + static_cast<ptrdiff_t>(count));
-  gathered_bytes_.erase(0, bytes_end);
-  for (Gathered& result : gathered_) result.end -= bytes_end;
-  gathered_size_ -= size;
+  // What is left waits for the next write.
+  gathered_.Consume(next);
   if (!gathered_.empty()) ScheduleFlush();
 
   writing_ = true;

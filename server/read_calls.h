@@ -22,6 +22,7 @@
 #include "server/admission_queue.h"
 #include "server/call.h"
 #include "server/paced_reads.h"
+#include "server/result_batch.h"
 #include "server/slot_lender.h"
 #include "server/worker.h"
 
@@ -51,14 +52,14 @@ class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
   void Refuse(const grpc::Status& status) override { FinishWith(status); }
   void OnDone() override;
   void OnEvent(uint8_t, bool) override {}  // kFinish: the answer is out
-  bool TryAdmit() override { return TryStart(); }
+  Admission TryAdmit() override { return TryStart(); }
   void LeftQueue() override { Release(); }
   void Resume() override;  // the rate limit lets the read start
 
   // Starts the read, or queues it for admission when slots are busy (or others wait).
   void EnterAdmission();
-  // Offers the read to the engine. False: its slots are busy (nothing happened).
-  bool TryStart();
+  // Offers the read to the engine (busy: nothing happened).
+  Admission TryStart();
   static bool OnReadDone(void* context, const storage::ReadResult& result);
   // Answers `status`, with `response` when OK (the finish takes its own references to the
   // slices). Nothing is sent once the queue is shutting down.
@@ -102,17 +103,9 @@ class ReadBlocksCall final : public Call, public Flushable {
     v1::ReadItem item;
     uint64_t arrival_ns = 0;
     State state = State::kWaiting;
-    bool TryAdmit() override { return call->TryStart(*this); }
+    Admission TryAdmit() override { return call->TryStart(*this); }
     void LeftQueue() override { call->OnLeftQueue(*this); }
     void Resume() override { call->OnPaceDone(*this); }
-  };
-
-  // A result gathered for the next write: its wire bytes up to `end` in gathered_bytes_ (all of
-  // them when copied; the header only when `held`, and then the data follows from the slot).
-  struct Gathered {
-    size_t end = 0;
-    bool held = false;
-    HeldSlot slot;
   };
 
   explicit ReadBlocksCall(Worker& worker);
@@ -130,14 +123,12 @@ class ReadBlocksCall final : public Call, public Flushable {
   void EnterAdmission(StreamRead& read);
   // `read`'s start time under the caller's rate limit has come.
   void OnPaceDone(StreamRead& read);
-  // Offers the read to the engine. False: its slots are busy (nothing happened); otherwise it is
-  // in flight or already answered (state says which).
-  bool TryStart(StreamRead& read);
+  // Offers the read to the engine (busy: nothing happened). Started: it is in flight or already
+  // answered (state says which).
+  Admission TryStart(StreamRead& read);
   void OnLeftQueue(StreamRead& read);
   static bool OnReadDone(void* context, const storage::ReadResult& result);
   void AddError(uint64_t tag, const absl::Status& status);
-  // Counts a gathered result of `bytes` wire bytes ending at gathered_bytes_.size().
-  void Gather(uint64_t bytes, bool held, const HeldSlot& slot);
   // Gives back the slots of results that will never be written.
   void DropGathered();
   uint64_t write_limit() const;
@@ -152,10 +143,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
   grpc::ByteBuffer incoming_;
   v1::ReadBlocksRequest request_;
-  // Results gathered since the last write, in completion order, and their wire bytes.
-  std::vector<Gathered> gathered_;
-  std::string gathered_bytes_;
-  uint64_t gathered_size_ = 0;       // wire bytes of gathered_, held data included
+  // Results gathered since the last write, in completion order.
+  ResultBatch gathered_;
   std::vector<grpc::Slice> slices_;  // reused by each write
   SlotAccount slots_;
   CallTag read_tag_{this, kRead};

@@ -30,24 +30,12 @@
 #include <memory>
 #include <vector>
 
+#include "server/held_slot.h"
 #include "storage/engine_config.h"
 #include "storage/read_path.h"
 #include "storage/stats.h"
 
 namespace blockread::server {
-
-// A slot the engine delivered and its read's callback kept (returned true), with its bytes.
-struct HeldSlot {
-  storage::ReadHandle handle;
-  storage::ReadPathKind path = storage::ReadPathKind::kSimple;
-  const char* data = nullptr;
-  uint64_t length = 0;
-};
-
-// The slot of `result`, delivered to a callback that keeps it (returns true).
-inline HeldSlot HeldSlotOf(const storage::ReadResult& result) {
-  return HeldSlot{result.handle, result.path, result.data, result.length};
-}
 
 // The slots one call holds for sending (gathered results and slices in gRPC's hands), so each
 // call is bounded. Owned by the call; worker thread only. The call must Close() it with the lender

@@ -25,6 +25,14 @@ enum class IoEngine : uint8_t {
 const char* IoEngineName(IoEngine engine);
 std::optional<IoEngine> ParseIoEngine(absl::string_view name);
 
+// With more than one device (files read through themselves do not count: they are on one of the
+// others), no device may hold more than this share of a worker's slots of
+// either path (at least one slot, and at least one left for the others): a device that stalls
+// keeps its reads in flight for as long as it stalls, and must not take every slot from the reads
+// of healthy devices on the same worker. Its reads beyond the share wait (StartOutcome::
+// kDeviceBusy); a fast device rarely needs more than three quarters of the queue depth.
+constexpr uint32_t kDeviceShareOfSlotsPercent = 75;
+
 // The member initializers are the defaults, for the engine and the server alike (the server's
 // config and --help take them from here).
 struct EngineConfig {

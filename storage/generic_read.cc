@@ -8,11 +8,12 @@
 namespace blockread::storage {
 
 bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
-                                 const ReadRequest& request, ReadDoneFn done, void* context,
-                                 uint64_t start_ns, uint8_t epoch_parity) {
+                                 DeviceId device, const ReadRequest& request, ReadDoneFn done,
+                                 void* context, uint64_t start_ns, uint8_t epoch_parity) {
   if (free_generic_.empty()) return false;
   ReadSlot& slot = *free_generic_.back();
   free_generic_.pop_back();
+  ChargeSlot(slot, device);
   ++reads_in_flight_;
   stats_.fallback(reason).Add(1);
   slot.done = done;
@@ -43,7 +44,6 @@ bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReas
   // count that is complete up front needs no such argument).
   slot.pending_pieces = count;
   slot.had_io = count > 0;
-  if (count > 0) slot.latency_device = slot.pieces[0].device;
   if (count == 0) ready_.push_back(&slot);
   for (uint32_t i = 0; i < count; ++i) QueuePiece(slot.pieces[i]);
   return true;

@@ -94,7 +94,9 @@ void EngineContext::Deliver(ReadSlot& slot, uint64_t now_ns) {
   }
   path.queue_ns.Record(result.queue_ns);
   path.device_ns.Record(result.device_ns);
-  if (slot.had_io) device_latency_[slot.latency_device].Record(result.device_ns, now_ns);
+  if (slot.had_io && slot.device != kNoDevice) {
+    device_latency_[slot.device].Record(result.device_ns, now_ns);
+  }
   path.total_ns.Record(result.total_ns);
   --reads_in_flight_;
   // The bytes are in the buffer: the file's version may be retired now.
@@ -120,6 +122,7 @@ std::shared_ptr<const void> EngineContext::RetainBufferMemory() const {
 }
 
 void EngineContext::FreeSlot(ReadSlot& slot) {
+  ChargeSlot(slot, kNoDevice);
   (slot.path == ReadPathKind::kSimple ? free_simple_ : free_generic_).push_back(&slot);
 }
 

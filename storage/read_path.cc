@@ -171,6 +171,20 @@ absl::Status EngineContext::Init(BackendWrapper wrap_backend) {
     free_generic_.push_back(&slot);
   }
   ready_.reserve(simple_count + config_.generic_slots);
+  // Files read through themselves are on some served filesystem's device: they are not devices
+  // that stall on their own.
+  size_t own_devices = 0;
+  for (DeviceId id = 0; id < catalog_.device_count(); ++id) {
+    own_devices += catalog_.device(id).kind() != DeviceKind::kFileRoute;
+  }
+  const uint32_t slot_counts[2] = {simple_count, config_.generic_slots};
+  for (int p = 0; p < 2; ++p) {
+    slots_held_[p].assign(catalog_.device_count(), 0);
+    const uint32_t slots = slot_counts[p];
+    device_share_limit_[p] = own_devices <= 1 ? slots
+                                              : std::clamp(slots * kDeviceShareOfSlotsPercent / 100,
+                                                           1u, std::max(slots, 2u) - 1);
+  }
 
   auto name_sync = NameSync::Create(catalog_, /*use_io_uring=*/!psync);
   if (!name_sync.ok()) return name_sync.status();
@@ -210,11 +224,10 @@ StartOutcome EngineContext::StartRead(const ReadRequest& request, ReadDoneFn don
   const uint64_t start_ns = MonotonicNowNs();
   ReadRequest read = request;
   if (read.arrival_ns == 0 || read.arrival_ns > start_ns) read.arrival_ns = start_ns;
-  bool busy = false;
-  absl::Status status = Dispatch(read, done, context, start_ns, &busy);
-  if (busy) return StartOutcome::kBusy;
+  StartOutcome outcome = StartOutcome::kQueued;
+  absl::Status status = Dispatch(read, done, context, start_ns, &outcome);
   if (status.ok()) [[likely]] {
-    return StartOutcome::kQueued;
+    return outcome;
   }
   stats_.rejected()[static_cast<int>(status.code())].Add(1);
   *refusal = std::move(status);
@@ -222,7 +235,7 @@ StartOutcome EngineContext::StartRead(const ReadRequest& request, ReadDoneFn don
 }
 
 absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done, void* context,
-                                     uint64_t start_ns, bool* busy) {
+                                     uint64_t start_ns, StartOutcome* outcome) {
   if (absl::Status valid = ValidateReadRange(config_, request.offset, request.length);
       !valid.ok()) {
     return valid;
@@ -230,7 +243,7 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   // A rename or unlink in a served directory that the catalog has not applied yet: wait for it
   // (storage/name_sync.h). Three loads from shared memory when there is none.
   if (name_sync_ != nullptr && !name_sync_->ReadyToResolve()) [[unlikely]] {
-    *busy = true;
+    *outcome = StartOutcome::kBusy;
     return absl::OkStatus();
   }
   if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
@@ -250,19 +263,29 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     epoch_reader_->Exit(epoch_parity);
     return decision.status();
   }
+  // The device of the read's first byte stands for the read (a generic read may span devices).
+  const DeviceId device = decision->path == ReadPathKind::kSimple ? decision->extent.device
+                          : request.offset < size ? map->Lookup(request.offset).device
+                                                  : kNoDevice;
   if (request.deadline_ns != 0 || any_device_down_) [[unlikely]] {
-    if (absl::Status refused = RefuseBeforeIo(*map, *decision, request, start_ns); !refused.ok()) {
+    if (absl::Status refused = RefuseBeforeIo(device, request, start_ns); !refused.ok()) {
       epoch_reader_->Exit(epoch_parity);
       return refused;
     }
   }
-  if (decision->path == ReadPathKind::kSimple) {
-    *busy = !StartSimple(decision->extent, request, done, context, start_ns, epoch_parity);
+  bool started = false;
+  if (DeviceHoldsItsShare(decision->path, device)) [[unlikely]] {
+    *outcome = StartOutcome::kDeviceBusy;
+  } else if (decision->path == ReadPathKind::kSimple) {
+    started = StartSimple(decision->extent, request, done, context, start_ns, epoch_parity);
   } else {
-    *busy = !StartGeneric(*map, size, decision->fallback, request, done, context, start_ns,
-                          epoch_parity);
+    started = StartGeneric(*map, size, decision->fallback, device, request, done, context, start_ns,
+                           epoch_parity);
   }
-  if (*busy) epoch_reader_->Exit(epoch_parity);
+  if (!started) {
+    if (*outcome == StartOutcome::kQueued) *outcome = StartOutcome::kBusy;
+    epoch_reader_->Exit(epoch_parity);
+  }
   return absl::OkStatus();
 }
 
@@ -279,12 +302,21 @@ void EngineContext::OnDeviceEvents() {
   device_events_seen_ = events;
 }
 
-absl::Status EngineContext::RefuseBeforeIo(const FileMap& map, const PathDecision& decision,
-                                           const ReadRequest& request, uint64_t now_ns) {
-  // The device of the read's first byte stands for the read (a generic read may span devices).
-  const DeviceId device = decision.path == ReadPathKind::kSimple
-                              ? decision.extent.device
-                              : map.Lookup(request.offset).device;
+bool EngineContext::DeviceHoldsItsShare(ReadPathKind path, DeviceId device) const {
+  const int p = static_cast<int>(path);
+  const bool slot_free = !(path == ReadPathKind::kSimple ? free_simple_ : free_generic_).empty();
+  return slot_free && device != kNoDevice && slots_held_[p][device] >= device_share_limit_[p];
+}
+
+void EngineContext::ChargeSlot(ReadSlot& slot, DeviceId device) {
+  std::vector<uint32_t>& held = slots_held_[static_cast<int>(slot.path)];
+  if (slot.device != kNoDevice) --held[slot.device];
+  slot.device = device;
+  if (device != kNoDevice) ++held[device];
+}
+
+absl::Status EngineContext::RefuseBeforeIo(DeviceId device, const ReadRequest& request,
+                                           uint64_t now_ns) {
   if (device != kNoDevice && !catalog_.device_up(device)) {
     return absl::UnavailableError(absl::StrFormat(
         "file '%s' is on a device that is unavailable (it went away); the server reopens it when "

@@ -112,7 +112,16 @@ enum class StartOutcome : uint8_t {
   // no allocation. Try again after PollOnce() has delivered something, or on a later turn while
   // waiting_for_names().
   kBusy,
+  // The read's device already holds its share of the path's slots (kDeviceShareOfSlotsPercent), so
+  // a
+  // slow device cannot take them all: reads of other devices may still start. Nothing happened;
+  // try again after PollOnce() has delivered something.
+  kDeviceBusy,
 };
+// kBusy or kDeviceBusy: nothing happened; try again after a poll.
+constexpr bool IsBusy(StartOutcome outcome) {
+  return outcome == StartOutcome::kBusy || outcome == StartOutcome::kDeviceBusy;
+}
 
 // One worker's engine: I/O backends, request slots, registered buffers and a stats shard, none of
 // it shared. Threading: Create, every method and the destructor run on one thread (the worker);
@@ -171,13 +180,15 @@ class EngineContext {
  private:
   explicit EngineContext(Catalog& catalog, const EngineConfig& config);
   absl::Status Init(BackendWrapper wrap_backend);
+  // OK with *outcome kQueued, kBusy or kDeviceBusy; or the refusal.
   absl::Status Dispatch(const ReadRequest& request, ReadDoneFn done, void* context,
-                        uint64_t start_ns, bool* busy);
-  // Before any I/O, by the device of the read's first byte: UNAVAILABLE when that device is down;
+                        uint64_t start_ns, StartOutcome* outcome);
+  // Before any I/O, by `device`, the read's (see ReadSlot::device): UNAVAILABLE when it is down;
   // DEADLINE_EXCEEDED (counted as shed) when `request` has less time left than the device's
   // reads take now; OK otherwise, and while neither is known.
-  absl::Status RefuseBeforeIo(const FileMap& map, const PathDecision& decision,
-                              const ReadRequest& request, uint64_t now_ns);
+  absl::Status RefuseBeforeIo(DeviceId device, const ReadRequest& request, uint64_t now_ns);
+  // Whether `path` has a free slot but `device` holds as many of its slots as one device may.
+  bool DeviceHoldsItsShare(ReadPathKind path, DeviceId device) const;
   // The catalog's devices changed (one went down, or was reopened): note which are down, and
   // re-register reopened devices' descriptors with the backends.
   void OnDeviceEvents();
@@ -185,9 +196,11 @@ class EngineContext {
   // REQUIRES: request.arrival_ns is set (StartRead fills it in).
   bool StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done, void* context,
                    uint64_t start_ns, uint8_t epoch_parity);
-  bool StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
+  bool StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason, DeviceId device,
                     const ReadRequest& request, ReadDoneFn done, void* context, uint64_t start_ns,
                     uint8_t epoch_parity);
+  // A slot was taken for a read of `device`, or given back: the per-device share counts.
+  void ChargeSlot(ReadSlot& slot, DeviceId device);
   // read_completion.cc
   void QueuePiece(IoPiece& piece);
   static void OnPieceDone(void* self, IoPiece& piece, int result);
@@ -216,6 +229,10 @@ class EngineContext {
   std::unique_ptr<ReadSlot[]> generic_slots_;
   std::vector<ReadSlot*> free_simple_;
   std::vector<ReadSlot*> free_generic_;
+  // Slots each device holds (taken and not yet freed), by path and DeviceId, and the most one
+  // device may hold: every slot with one device, kDeviceShareOfSlotsPercent of them with more.
+  std::vector<uint32_t> slots_held_[2];
+  uint32_t device_share_limit_[2] = {0, 0};
   // Reads that finished without I/O, or whose last I/O completed, awaiting delivery.
   std::vector<ReadSlot*> ready_;
   uint32_t reads_in_flight_ = 0;

@@ -35,8 +35,9 @@ struct alignas(64) ReadSlot {
   bool short_read = false;
   DeviceId error_device = kNoDevice;
   uint64_t error_physical_offset = 0;
-  // The device whose recent latency this read's device time is counted in (its first piece's).
-  DeviceId latency_device = kNoDevice;
+  // The read's device: its first byte's (kNoDevice when that is in a hole, or at EOF). Its recent
+  // latency counts this read's device time, and the slot counts against its share of the slots.
+  DeviceId device = kNoDevice;
   char* buffer = nullptr;
   uint16_t buffer_index = 0;
   IoPiece inline_piece;

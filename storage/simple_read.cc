@@ -11,6 +11,7 @@ bool EngineContext::StartSimple(const Extent& extent, const ReadRequest& request
   if (free_simple_.empty()) return false;
   ReadSlot& slot = *free_simple_.back();
   free_simple_.pop_back();
+  ChargeSlot(slot, extent.device);
   ++reads_in_flight_;
   slot.done = done;
   slot.context = context;
@@ -28,7 +29,6 @@ bool EngineContext::StartSimple(const Extent& extent, const ReadRequest& request
   piece.buffer = slot.buffer;
   piece.buffer_index = slot.buffer_index;
   piece.device = extent.device;
-  slot.latency_device = extent.device;
   piece.physical_offset = extent.physical_offset + (request.offset - extent.logical_offset);
   piece.length = static_cast<uint32_t>(request.length);
   piece.needed = static_cast<uint32_t>(request.length);

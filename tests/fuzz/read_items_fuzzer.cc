@@ -151,9 +151,9 @@ void FuzzOne(const uint8_t* data, size_t size) {
     read.length = item.length();
     absl::Status refusal;
     StartOutcome outcome;
-    // Busy: every slot of the path is taken; the server's admission queue retries after a poll.
-    while ((outcome = engine.StartRead(read, &OnDone, &answers[i], &refusal)) ==
-           StartOutcome::kBusy) {
+    // Busy: every slot of the path (or the device's share) is taken; the server's admission queue
+    // retries after a poll.
+    while (IsBusy(outcome = engine.StartRead(read, &OnDone, &answers[i], &refusal))) {
       FUZZ_CHECK(engine.reads_in_flight() > 0);
       engine.PollOnce();
     }

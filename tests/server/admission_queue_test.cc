@@ -15,11 +15,14 @@ struct FakeRead final : WaitingRead {
   int* free_slots = nullptr;
   std::vector<std::string>* admitted = nullptr;
   std::vector<std::string>* left = nullptr;
-  bool TryAdmit() override {
-    if (*free_slots == 0) return false;
+  // The read's device holds its share: it waits, others may start.
+  bool device_busy = false;
+  Admission TryAdmit() override {
+    if (*free_slots == 0) return Admission::kSlotsBusy;
+    if (device_busy) return Admission::kDeviceBusy;
     --*free_slots;
     admitted->push_back(name);
-    return true;
+    return Admission::kStarted;
   }
   void LeftQueue() override { left->push_back(name); }
 };
@@ -118,6 +121,49 @@ TEST_F(AdmissionQueueTest, RemovingTheCallWhoseTurnIsNextPassesTheTurnOn) {
   EXPECT_EQ(admitted_, (std::vector<std::string>{"a0", "a1"}));
   EXPECT_TRUE(queue.empty());
   queue.RemoveAll(a);
+}
+
+TEST_F(AdmissionQueueTest, ACallWaitingForItsDevicesShareIsPassedOverAndHoldsUpNobody) {
+  AdmissionQueue queue(100);
+  WaitList slow, a, b;
+  FakeRead& slow0 = Make("slow0");
+  FakeRead& slow1 = Make("slow1");
+  slow0.device_busy = slow1.device_busy = true;  // a stalled device holds its share
+  ASSERT_TRUE(queue.Push(slow, slow0));
+  ASSERT_TRUE(queue.Push(slow, slow1));
+  ASSERT_TRUE(queue.Push(a, Make("a0")));
+  ASSERT_TRUE(queue.Push(b, Make("b0")));
+  ASSERT_TRUE(queue.Push(a, Make("a1")));
+
+  free_slots_ = 10;
+  EXPECT_EQ(queue.AdmitWaiting(), 3);
+  EXPECT_EQ(admitted_, (std::vector<std::string>{"a0", "b0", "a1"}));
+  // Only the stalled device's reads wait, in order; a turn with nothing else to do ends.
+  EXPECT_EQ(queue.size(), 2u);
+  EXPECT_EQ(queue.AdmitWaiting(), 0);
+
+  // The device caught up: its call gets its turns again, first read first.
+  slow0.device_busy = slow1.device_busy = false;
+  EXPECT_EQ(queue.AdmitWaiting(), 2);
+  EXPECT_EQ(admitted_.back(), "slow1");
+  EXPECT_TRUE(queue.empty());
+}
+
+TEST_F(AdmissionQueueTest, NoFreeSlotEndsTheTurnEvenAfterAPassedOverCall) {
+  AdmissionQueue queue(100);
+  WaitList slow, a;
+  FakeRead& slow0 = Make("slow0");
+  slow0.device_busy = true;
+  ASSERT_TRUE(queue.Push(slow, slow0));
+  ASSERT_TRUE(queue.Push(a, Make("a0")));
+  free_slots_ = 0;
+  EXPECT_EQ(queue.AdmitWaiting(), 0);
+  EXPECT_EQ(queue.size(), 2u);
+  free_slots_ = 1;
+  EXPECT_EQ(queue.AdmitWaiting(), 1);
+  EXPECT_EQ(admitted_, (std::vector<std::string>{"a0"}));
+  queue.RemoveAll(slow);
+  EXPECT_TRUE(queue.empty());
 }
 
 }  // namespace

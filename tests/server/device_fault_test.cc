@@ -5,10 +5,12 @@
 // A slow device (200 ms per read): once the server has seen how long its reads take, a read whose
 // deadline leaves less than that is answered DEADLINE_EXCEEDED before any I/O and counted as shed,
 // while reads of the healthy device with the same deadline are served.
+// A stalled device holds only its share of a worker's slots: the healthy device is served meanwhile.
 // EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset, every
 // other read goes on, the device's error counter moves, and once the errors stop it serves again.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +54,21 @@ ReadCallOptions WithDeadline(std::chrono::milliseconds timeout) {
   return call;
 }
 
+// `device`'s entry in GetStats; an empty one (name unset) when there is none.
+v1::DeviceStats StatsOfDevice(BlockReadClient& client, const std::string& device) {
+  auto stats = client.Stats();
+  if (stats.ok()) {
+    for (const v1::DeviceStats& d : stats->devices()) {
+      if (d.name() == device) return d;
+    }
+  }
+  return v1::DeviceStats();
+}
+uint64_t DeviceErrors(BlockReadClient& client, const std::string& device) {
+  const v1::DeviceStats stats = StatsOfDevice(client, device);
+  return stats.name().empty() ? ~uint64_t{0} : stats.errors();
+}
+
 class DeviceFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -72,6 +89,25 @@ class DeviceFaultTest : public ::testing::Test {
     if (server_ != nullptr) {
       EXPECT_EQ(server_->Stop(), 0) << server_->Log();
     }
+  }
+
+  // `count` sequential 4 KiB reads of the healthy device, each checked byte for byte; returns
+  // their latencies, sorted. A read not served within its (generous) deadline fails the test.
+  std::vector<double> TimeHealthyReads(int count) {
+    std::vector<double> micros;
+    for (int i = 0; i < count; ++i) {
+      const uint64_t offset = static_cast<uint64_t>(i % 4096) * 4096;
+      const auto start = Clock::now();
+      auto read = client_->Read("healthy", offset, 4096, WithDeadline(std::chrono::seconds(10)));
+      micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      if (!read.ok()) {
+        ADD_FAILURE() << "healthy read " << i << ": " << read.status();
+        break;
+      }
+      EXPECT_EQ(read->data(), healthy_bytes_.substr(offset, 4096)) << offset;
+    }
+    std::sort(micros.begin(), micros.end());
+    return micros;
   }
 
   TempDir dir_;
@@ -141,13 +177,72 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
   EXPECT_EQ(metrics->Value("blockread_reads_shed_total"), static_cast<double>(shed));
 }
 
-uint64_t DeviceErrors(BlockReadClient& client, const std::string& device) {
-  auto stats = client.Stats();
-  if (!stats.ok()) return ~uint64_t{0};
-  for (const v1::DeviceStats& d : stats->devices()) {
-    if (d.name() == device) return d.errors();
+// A device that stalls (nbdkit's pause filter holds every request) while a stream has 600 reads
+// on it, more than a worker's 256 simple slots: the stalled reads hold their device's share of the
+// slots (three quarters), no more, and reads of the healthy device on the same worker are served
+// meanwhile. Once the device resumes, every stalled read is answered, exact.
+TEST_F(DeviceFaultTest, AStalledDeviceHoldsOnlyItsShareOfSlotsAndOtherDevicesAreServed) {
+  NbdDevice::Options options;
+  options.image = dir_.path() + "/faulty.img";
+  options.pausable = true;
+  auto device = NbdDevice::Create(dir_.path(), options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  StartServer(**device);
+  const std::vector<double> before = TimeHealthyReads(300);
+
+  ASSERT_TRUE((*device)->Pause().ok());
+  constexpr int kStalledReads = 600;
+  auto stream = client_->OpenStream();
+  for (int message = 0; message < 6; ++message) {
+    v1::ReadBlocksRequest request;
+    for (int i = 0; i < kStalledReads / 6; ++i) {
+      v1::ReadItem& item = *request.add_reads();
+      item.set_tag(static_cast<uint64_t>(message * (kStalledReads / 6) + i));
+      item.set_file("faulty");
+      item.set_offset(item.tag() * 4096);
+      item.set_length(4096);
+    }
+    ASSERT_TRUE(stream->Send(request));
   }
-  return ~uint64_t{0};
+  stream->CloseSend();
+  // The stream's worker fills the device's share (192 of its 256 simple slots), then its reads
+  // wait for admission.
+  constexpr uint64_t kShare = 256 * 3 / 4;
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (StatsOfDevice(*client_, "faulty").inflight() < kShare && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(StatsOfDevice(*client_, "faulty").inflight(), kShare)
+      << "the stalled device's reads in flight: its share of one worker's slots";
+
+  // The healthy device is served while the other one stalls, on every worker.
+  const std::vector<double> during = TimeHealthyReads(300);
+  ASSERT_EQ(during.size(), 300u);
+  EXPECT_EQ(StatsOfDevice(*client_, "faulty").inflight(), kShare) << "still stalled throughout";
+  const auto percentile = [](const std::vector<double>& sorted, double p) {
+    return sorted[static_cast<size_t>(p * static_cast<double>(sorted.size() - 1))];
+  };
+  std::printf(
+      "device_fault: healthy 4K reads, p50/p99 us: %.0f/%.0f with no device stalled, "
+      "%.0f/%.0f while the other holds %u reads stalled\n",
+      percentile(before, 0.5), percentile(before, 0.99), percentile(during, 0.5),
+      percentile(during, 0.99), static_cast<unsigned>(kShare));
+
+  ASSERT_TRUE((*device)->Resume().ok());
+  std::vector<uint8_t> answered(kStalledReads, 0);
+  int exact = 0;
+  v1::ReadBlocksResponse response;
+  while (stream->Receive(&response)) {
+    for (const v1::ReadResult& result : response.results()) {
+      ASSERT_LT(result.tag(), static_cast<uint64_t>(kStalledReads));
+      EXPECT_EQ(answered[result.tag()]++, 0) << "answered twice: " << result.tag();
+      EXPECT_EQ(result.code(), 0) << result.error_message();
+      exact += result.data() == faulty_bytes_.substr(result.tag() * 4096, 4096);
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(exact, kStalledReads);
 }
 
 TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenTheErrorsStop) {

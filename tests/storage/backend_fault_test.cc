@@ -277,6 +277,46 @@ TEST_P(BackendFaultTest, EveryPieceOfManyLargeFragmentedReadsCompletes) {
   }
 }
 
+// With two devices, neither may hold more than three quarters of a path's slots (at least one is
+// left for the other): reads of a device that holds its share answer kDeviceBusy, and the other
+// device's reads still start, until every slot is taken (kBusy).
+TEST_P(BackendFaultTest, ADeviceHoldsAtMostItsShareOfEachPathsSlots) {
+  const std::string other_path = dir_.path() + "/other.img";
+  ASSERT_TRUE(testing::WriteAt(other_path, 0, content_, true).ok());
+  ASSERT_TRUE(catalog_.AddWholeDevice("other", other_path).ok());
+  EngineConfig config;
+  config.simple_slots = 4;
+  config.generic_slots = 4;
+  std::vector<Delivery> d(16);  // outlives the engine, which delivers into it until it is gone
+  auto engine = MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  // Nothing is delivered, so no slot is freed, until the engine is polled.
+  for (const uint64_t length : {uint64_t{4096}, uint64_t{65536}}) {  // simple, then generic
+    size_t next = length == 4096 ? 0 : 8;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(testing::StartRead(*engine, "disk", i * length, length, &Record, &d[next++]),
+                StartOutcome::kQueued);
+    }
+    EXPECT_EQ(testing::StartRead(*engine, "disk", 0, length, &Record, &d[next]),
+              StartOutcome::kDeviceBusy);
+    EXPECT_EQ(testing::StartRead(*engine, "other", 0, length, &Record, &d[next++]),
+              StartOutcome::kQueued);
+    EXPECT_EQ(testing::StartRead(*engine, "other", length, length, &Record, &d[next]),
+              StartOutcome::kBusy);
+    while (engine->reads_in_flight() > 0) engine->PollOnce();
+    // Delivered: the shares are free again.
+    EXPECT_EQ(testing::StartRead(*engine, "disk", 0, length, &Record, &d[next++]),
+              StartOutcome::kQueued);
+    while (engine->reads_in_flight() > 0) engine->PollOnce();
+  }
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{8}, size_t{9}, size_t{10}}) {
+    EXPECT_EQ(d[i].count, 1) << i;
+    EXPECT_TRUE(d[i].status.ok()) << d[i].status;
+  }
+  EXPECT_TRUE(d[3].data == Expected(0, 4096));  // "other" holds the same bytes
+  EXPECT_TRUE(d[11].data == Expected(0, 65536));
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, BackendFaultTest,
                          ::testing::Values(IoEngine::kIoUring, IoEngine::kPsync),
                          [](const auto& info) { return std::string(IoEngineName(info.param)); });

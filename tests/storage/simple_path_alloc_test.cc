@@ -191,7 +191,7 @@ uint64_t CountAllocationsOfSimpleReads(EngineContext& engine, const std::string&
       const storage::StartOutcome outcome =
           engine.StartRead(storage::ReadRequest{file, (x % file_blocks) * 4096, 4096, 0},
                            &CountDone, &tally, &refusal);
-      if (outcome == storage::StartOutcome::kBusy) break;  // poll, then go on
+      if (storage::IsBusy(outcome)) break;  // poll, then go on
       if (outcome != storage::StartOutcome::kQueued) ++tally.errors;
       ++started;
     }

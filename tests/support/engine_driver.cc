@@ -29,7 +29,7 @@ std::vector<CompletedRead> RunReads(storage::EngineContext& engine,
       const storage::StartOutcome outcome =
           engine.StartRead(storage::ReadRequest{r.file, r.offset, r.length, 0}, &RecordResult,
                            &results[next], &refusal);
-      if (outcome == storage::StartOutcome::kBusy) break;  // poll, then retry this one
+      if (storage::IsBusy(outcome)) break;  // poll, then retry this one
       if (outcome == storage::StartOutcome::kQueued) {
         results[next].started = true;
         ++in_flight;
@@ -80,6 +80,7 @@ storage::ReadResult ReadAndKeep(storage::EngineContext& engine, const std::strin
       kept.result.status = refusal;
       return kept.result;
     case storage::StartOutcome::kBusy:
+    case storage::StartOutcome::kDeviceBusy:
       // Not waited for: the slots may all be kept by the test, and then none ever frees up.
       kept.result.status = absl::ResourceExhaustedError("every slot of the path is taken");
       return kept.result;
