@@ -1,5 +1,5 @@
 // A ReadBlocks stream's results waiting for its next response messages, and how they are cut into
-// messages. No gRPC in it, so the stream fuzz target (tests/fuzz/read_items_fuzzer.cc) runs the
+// messages. No gRPC in it, so the stream fuzz target (tests/fuzz/stream_requests_fuzzer.cc) runs the
 // very code the stream does.
 //
 // The results are kept as their wire bytes: each is a `results` field of a ReadBlocksResponse

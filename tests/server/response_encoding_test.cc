@@ -7,6 +7,7 @@
 
 #include "blockread/v1/blockread.pb.h"
 #include "gtest/gtest.h"
+#include "server/result_batch.h"
 
 namespace blockread::server {
 namespace {
@@ -94,6 +95,85 @@ TEST(ResponseEncodingTest, ReadBlocksResponseMixesLentCopiedAndFailedResults) {
   ASSERT_TRUE(parsed.ParseFromString(wire));
   EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
   EXPECT_EQ(parsed.results_size(), 2 * static_cast<int>(kLengths.size()));
+}
+
+// The stream's batching: messages cut oldest first at the limit (a result larger than it goes
+// alone), each the concatenation of its results with held data in place, parsing to exactly
+// those results; what is left keeps its order.
+TEST(ResultBatchTest, MessagesAreCutOldestFirstAtTheLimitAndParseToTheirResults) {
+  const std::string held_data = Bytes(5000, 'h');
+  ResultBatch batch;
+  std::vector<v1::ReadResult> expected;
+  for (uint64_t tag = 0; tag < 6; ++tag) {
+    v1::ReadResult result;
+    result.set_tag(tag);
+    *result.mutable_timing() = Timing();
+    if (tag % 3 == 1) {  // held: the data stays in its "slot"
+      batch.AddHeld(
+          result, HeldSlot{{}, storage::ReadPathKind::kSimple, held_data.data(), held_data.size()});
+      result.set_data(held_data);
+    } else if (tag % 3 == 2) {
+      result.set_code(5);
+      result.set_error_message("file 'x' not found");
+      batch.AddCopied(result);
+    } else {
+      result.set_data(Bytes(100 + tag, 'c'));
+      batch.AddCopied(result);
+    }
+    expected.push_back(result);
+  }
+  size_t total = 0;
+  for (const v1::ReadResult& r : expected) {
+    v1::ReadBlocksResponse one;
+    *one.add_results() = r;
+    total += one.ByteSizeLong();
+  }
+  EXPECT_EQ(batch.size(), total);
+
+  std::vector<size_t> counts;
+  size_t next_tag = 0;
+  while (!batch.empty()) {
+    const ResultBatch::Message next = batch.Next(1000);
+    std::string message;
+    size_t piece_begin = 0;
+    for (size_t i = 0; i < next.count; ++i) {
+      const ResultBatch::Result& result = batch.result(i);
+      if (!result.held) continue;
+      message.append(batch.bytes(), piece_begin, result.end - piece_begin);
+      message.append(result.slot.data, result.slot.length);
+      piece_begin = result.end;
+    }
+    message.append(batch.bytes(), piece_begin, next.bytes_end - piece_begin);
+    EXPECT_EQ(message.size(), next.size);
+    EXPECT_TRUE(next.count == 1 || next.size <= 1000) << next.size;
+    batch.Consume(next);
+    v1::ReadBlocksResponse response;
+    ASSERT_TRUE(response.ParseFromString(message));
+    ASSERT_EQ(static_cast<size_t>(response.results_size()), next.count);
+    for (const v1::ReadResult& result : response.results()) {
+      ASSERT_LT(next_tag, expected.size());
+      EXPECT_EQ(result.SerializeAsString(), expected[next_tag++].SerializeAsString());
+    }
+    counts.push_back(next.count);
+  }
+  EXPECT_EQ(next_tag, expected.size());
+  // 0 and the error fit together; each held 5000-byte result goes alone, past the limit.
+  EXPECT_EQ(counts, (std::vector<size_t>{1, 1, 2, 1, 1}));
+  EXPECT_EQ(batch.size(), 0u);
+}
+
+TEST(ResultBatchTest, ClearGivesBackEveryHeldSlot) {
+  ResultBatch batch;
+  const std::string data = Bytes(2000, 'z');
+  v1::ReadResult result;
+  batch.AddCopied(result);
+  batch.AddHeld(result, HeldSlot{{}, storage::ReadPathKind::kGeneric, data.data(), data.size()});
+  batch.AddHeld(result, HeldSlot{{}, storage::ReadPathKind::kSimple, data.data(), 1500});
+  std::vector<uint64_t> given_back;
+  batch.Clear([&](const HeldSlot& slot) { given_back.push_back(slot.length); });
+  EXPECT_EQ(given_back, (std::vector<uint64_t>{2000, 1500}));
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(batch.size(), 0u);
 }
 
 }  // namespace
