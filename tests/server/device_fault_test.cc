@@ -5,9 +5,10 @@
 // A slow device (200 ms per read): once the server has seen how long its reads take, a read whose
 // deadline leaves less than that is answered DEADLINE_EXCEEDED before any I/O and counted as shed,
 // while reads of the healthy device with the same deadline are served.
-// A stalled device holds only its share of a worker's slots: the healthy device is served meanwhile.
-// EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset, every
-// other read goes on, the device's error counter moves, and once the errors stop it serves again.
+// A stalled device holds only its share of a worker's slots: the healthy device is served
+// meanwhile. EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset,
+// every other read goes on, the device's error counter moves, and once the errors stop it serves
+// again.
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,6 +77,18 @@ class DeviceFaultTest : public ::testing::Test {
     healthy_bytes_ = MakeImage(dir_.path() + "/healthy.img", 1);
     faulty_bytes_ = MakeImage(dir_.path() + "/faulty.img", 2);
   }
+  // A device that lives until the server has stopped (TearDown): torn down while the server still
+  // holds it open, its loop device cannot detach and its FUSE file cannot unmount (seconds of
+  // waiting, then a forced unmount).
+  NbdDevice* AddDevice(const NbdDevice::Options& options) {
+    auto device = NbdDevice::Create(dir_.path(), options);
+    if (!device.ok()) {
+      ADD_FAILURE() << device.status();
+      return nullptr;
+    }
+    devices_.push_back(*std::move(device));
+    return devices_.back().get();
+  }
   void StartServer(const NbdDevice& faulty) {
     auto server = ServerProcess::Start(
         {"--device=faulty=" + faulty.path() + ",healthy=" + dir_.path() + "/healthy.img"},
@@ -112,6 +125,7 @@ class DeviceFaultTest : public ::testing::Test {
 
   TempDir dir_;
   std::string healthy_bytes_, faulty_bytes_;
+  std::vector<std::unique_ptr<NbdDevice>> devices_;  // outlive the server
   std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<BlockReadClient> client_;
 };
@@ -120,9 +134,9 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
   NbdDevice::Options options;
   options.image = dir_.path() + "/faulty.img";
   options.read_delay_ms = 200;
-  auto device = NbdDevice::Create(dir_.path(), options);
-  ASSERT_TRUE(device.ok()) << device.status();
-  StartServer(**device);
+  NbdDevice* device = AddDevice(options);
+  ASSERT_NE(device, nullptr);
+  StartServer(*device);
 
   // Learn: reads with room to wait, enough for the server's estimate (16 a device per worker).
   std::vector<std::thread> threads;
@@ -185,12 +199,12 @@ TEST_F(DeviceFaultTest, AStalledDeviceHoldsOnlyItsShareOfSlotsAndOtherDevicesAre
   NbdDevice::Options options;
   options.image = dir_.path() + "/faulty.img";
   options.pausable = true;
-  auto device = NbdDevice::Create(dir_.path(), options);
-  ASSERT_TRUE(device.ok()) << device.status();
-  StartServer(**device);
+  NbdDevice* device = AddDevice(options);
+  ASSERT_NE(device, nullptr);
+  StartServer(*device);
   const std::vector<double> before = TimeHealthyReads(300);
 
-  ASSERT_TRUE((*device)->Pause().ok());
+  ASSERT_TRUE(device->Pause().ok());
   constexpr int kStalledReads = 600;
   auto stream = client_->OpenStream();
   for (int message = 0; message < 6; ++message) {
@@ -229,7 +243,7 @@ TEST_F(DeviceFaultTest, AStalledDeviceHoldsOnlyItsShareOfSlotsAndOtherDevicesAre
       percentile(before, 0.5), percentile(before, 0.99), percentile(during, 0.5),
       percentile(during, 0.99), static_cast<unsigned>(kShare));
 
-  ASSERT_TRUE((*device)->Resume().ok());
+  ASSERT_TRUE(device->Resume().ok());
   std::vector<uint8_t> answered(kStalledReads, 0);
   int exact = 0;
   v1::ReadBlocksResponse response;
@@ -250,9 +264,9 @@ TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenThe
   options.image = dir_.path() + "/faulty.img";
   options.error_trigger_file = dir_.path() + "/errors-on";
   options.error_rate = 0.1;
-  auto device = NbdDevice::Create(dir_.path(), options);
-  ASSERT_TRUE(device.ok()) << device.status();
-  StartServer(**device);
+  NbdDevice* device = AddDevice(options);
+  ASSERT_NE(device, nullptr);
+  StartServer(*device);
   ASSERT_EQ(DeviceErrors(*client_, "faulty"), 0u);
 
   std::ofstream(options.error_trigger_file) << "on";
@@ -322,7 +336,7 @@ TEST_F(DeviceFaultTest, ADeviceThatGoesAwayIsUnavailableAndServedAgainWhenItCome
   ASSERT_TRUE(client_->Read("faulty", 8192, 4096).ok());
 
   // It goes away: its NBD server stops and its stable path with it.
-  first->reset();
+  (*first)->Vanish();
   ASSERT_EQ(unlink(stable.c_str()), 0);
   const absl::Status gone = WaitForReadStatus(*client_, "faulty", absl::StatusCode::kUnavailable);
   ASSERT_EQ(gone.code(), absl::StatusCode::kUnavailable) << gone;

@@ -100,7 +100,10 @@ NbdDevice::~NbdDevice() {
     const std::string backing =
         "/sys/block/" + loop_->path().substr(loop_->path().rfind('/') + 1) + "/loop/backing_file";
     loop_.reset();
-    for (int i = 0; i < 500 && access(backing.c_str(), F_OK) == 0; ++i) usleep(10'000);
+    // Vanished: its users may hold it for a while yet, and nothing below needs it gone.
+    for (int i = 0; !vanished_ && i < 500 && access(backing.c_str(), F_OK) == 0; ++i) {
+      usleep(10'000);
+    }
   }
   if (nbdfuse_pid_ > 0) {
     (void)RunCommand("fusermount3 -u " + mount_point_ + " 2>/dev/null");
@@ -119,6 +122,17 @@ NbdDevice::~NbdDevice() {
     }
   }
   rmdir(mount_point_.c_str());
+}
+
+void NbdDevice::Vanish() {
+  if (nbdfuse_pid_ > 0) {
+    kill(nbdfuse_pid_, SIGKILL);
+    waitpid(nbdfuse_pid_, nullptr, 0);
+    nbdfuse_pid_ = -1;
+  }
+  (void)RunCommand("fusermount3 -uz " + mount_point_ + " 2>/dev/null");
+  paused_ = false;  // nothing left to resume
+  vanished_ = true;
 }
 
 absl::Status NbdDevice::Control(char command) {

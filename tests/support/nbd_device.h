@@ -49,6 +49,11 @@ class NbdDevice {
   absl::Status Pause();
   absl::Status Resume();
 
+  // Pulls the device out from under its users at once: nbdfuse (and with it nbdkit) is killed
+  // and the FUSE file lazily unmounted, so reads of the loop device fail; the loop device detaches
+  // once its last user closes it. path() stays valid as a name only.
+  void Vanish();
+
  private:
   NbdDevice() = default;
   absl::Status Control(char command);
@@ -57,6 +62,7 @@ class NbdDevice {
   std::string control_socket_;
   pid_t nbdfuse_pid_ = -1;
   bool paused_ = false;
+  bool vanished_ = false;
   std::unique_ptr<LoopDevice> loop_;
 };
 
