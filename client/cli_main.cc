@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/blockread_client.h"
+#include "client/cluster_client.h"
 #include "client/load.h"
 #include "client/load_cli.h"
 #include "client/load_report.h"
@@ -99,7 +100,12 @@ int Main(int argc, char** argv) {
   app.fallthrough();  // --target and --timeout-ms also after the subcommand
   std::string target = "127.0.0.1:7420";
   int timeout_ms = 10000;
-  app.add_option("--target", target, "Server address host:port")->capture_default_str();
+  app.add_option("--target", target,
+                 "Server address host:port; several servers: a comma-separated list, "
+                 "dns:///name:port (every address the name resolves to) or @FILE (the addresses "
+                 "in FILE). read, stat and ls then see one namespace: each read goes to a server "
+                 "holding its file, and fails over to another on UNAVAILABLE")
+      ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
   TransportSecurity security;
   app.add_option("--ca", security.ca,
@@ -215,10 +221,17 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
-  auto client = BlockReadClient::Connect(target, options);
+  ClusterOptions cluster_options;
+  cluster_options.connection = options;
+  auto cluster = ClusterClient::Connect(target, cluster_options);
+  if (!cluster.ok()) return Fail(cluster.status(), target);
+  // Calls about one server (stats, explain, health) go to the first.
+  const std::shared_ptr<BlockReadClient> client = (*cluster)->first();
 
   if (*read) {
-    auto response = client->Read(file, offset, length, want_crc);
+    ReadCallOptions call;
+    call.want_crc32c = want_crc;
+    auto response = (*cluster)->Read(file, offset, length, call);
     if (!response.ok()) return Fail(response.status(), target);
     if (want_crc) {
       const uint32_t crc = wire::Crc32c(response->data().data(), response->data().size());
@@ -249,7 +262,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*stat) {
-    auto info = client->Stat(file);
+    auto info = (*cluster)->Stat(file);
     if (!info.ok()) return Fail(info.status(), target);
     printf(
         "name:        %s\nsize:        %lu\nblock size:  %u\nextents:     %lu\nsource:      "
@@ -262,24 +275,30 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*ls) {
-    auto files = client->List();
+    auto files = (*cluster)->List();
     if (!files.ok()) return Fail(files.status(), target);
+    const bool several = (*cluster)->servers().size() > 1;
     if (json) {
       nlohmann::json out = nlohmann::json::array();
-      for (const v1::FileInfo& f : *files) {
+      for (const ClusterClient::ListedFile& listed : *files) {
+        const v1::FileInfo& f = listed.info;
         out.push_back({{"name", f.name()},
                        {"size", f.size()},
                        {"block_size", f.block_size()},
                        {"extents", f.extent_count()},
-                       {"source", SourceName(f.source())}});
+                       {"source", SourceName(f.source())},
+                       {"servers", listed.servers}});
       }
       printf("%s\n", out.dump(2).c_str());
       return 0;
     }
-    printf("%-40s %14s %8s %-12s\n", "name", "size", "extents", "source");
-    for (const v1::FileInfo& f : *files) {
-      printf("%-40s %14lu %8lu %-12s\n", f.name().c_str(), f.size(), f.extent_count(),
-             SourceName(f.source()).c_str());
+    printf("%-40s %14s %8s %-12s%s\n", "name", "size", "extents", "source",
+           several ? " servers" : "");
+    for (const ClusterClient::ListedFile& listed : *files) {
+      const v1::FileInfo& f = listed.info;
+      printf("%-40s %14lu %8lu %-12s%s\n", f.name().c_str(), f.size(), f.extent_count(),
+             SourceName(f.source()).c_str(),
+             several ? absl::StrCat(" ", absl::StrJoin(listed.servers, ",")).c_str() : "");
     }
     return 0;
   }

@@ -86,6 +86,14 @@ ABSL_FLAG(std::optional<uint32_t>, max_connection_idle_ms, std::nullopt,
           absl::StrCat("Close a connection that has had no RPC for this long; clients reconnect "
                        "on their next call (default ",
                        blockread::server::kDefaultMaxConnectionIdleMs, ")."));
+ABSL_FLAG(std::optional<uint32_t>, max_connection_age_ms, std::nullopt,
+          absl::StrCat("Send GOAWAY to a connection this old: its calls go on, the client's next "
+                       "ones open a new connection, so clients resolving a name find servers "
+                       "that joined since (default ",
+                       blockread::server::kDefaultMaxConnectionAgeMs, ")."));
+ABSL_FLAG(std::optional<uint32_t>, max_connection_age_grace_ms, std::nullopt,
+          "How long calls open when their connection reaches --max_connection_age_ms may still "
+          "run before they are cut; 0: until they end (default 0).");
 ABSL_FLAG(std::optional<uint32_t>, max_unary_in_flight, std::nullopt,
           absl::StrCat("Unary ReadBlock calls a worker holds open at once; beyond it new ones "
                        "get RESOURCE_EXHAUSTED at once (default ",
@@ -204,6 +212,9 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
     config.set_max_connection_idle_ms(kDefaultMaxConnectionIdleMs);
   }
   if (config.max_unary_in_flight() == 0) config.set_max_unary_in_flight(kDefaultMaxUnaryInFlight);
+  if (config.max_connection_age_ms() == 0) {
+    config.set_max_connection_age_ms(kDefaultMaxConnectionAgeMs);
+  }
   if (config.tls_refresh_interval_s() == 0) {
     config.set_tls_refresh_interval_s(kDefaultTlsRefreshIntervalS);
   }
@@ -304,6 +315,10 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_max_concurrent_streams)) config.set_max_concurrent_streams(*v);
   if (auto v = absl::GetFlag(FLAGS_grpc_memory_mb)) config.set_grpc_memory_mb(*v);
   if (auto v = absl::GetFlag(FLAGS_max_connection_idle_ms)) config.set_max_connection_idle_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_connection_age_ms)) config.set_max_connection_age_ms(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_connection_age_grace_ms)) {
+    config.set_max_connection_age_grace_ms(*v);
+  }
   if (auto v = absl::GetFlag(FLAGS_max_unary_in_flight)) config.set_max_unary_in_flight(*v);
   // A plain string flag, not an optional one, because absl parses an empty optional flag as
   // "unset" and empty must mean "off". So a value equal to the default counts as not given

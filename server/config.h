@@ -31,6 +31,7 @@ inline constexpr uint32_t kDefaultTlsRefreshIntervalS = 60;
 inline constexpr uint32_t kDefaultMaxConcurrentStreams = 256;
 inline constexpr uint32_t kDefaultGrpcMemoryMb = 2048;
 inline constexpr uint32_t kDefaultMaxConnectionIdleMs = 600000;  // 10 minutes
+inline constexpr uint32_t kDefaultMaxConnectionAgeMs = 1800000;  // 30 minutes
 inline constexpr uint32_t kDefaultMaxUnaryInFlight = 4096;
 // How often devices are checked for going away and coming back (Catalog::CheckDevices).
 inline constexpr uint32_t kDeviceCheckIntervalMs = 2000;

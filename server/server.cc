@@ -116,6 +116,14 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
                              static_cast<int>(server->config_.max_concurrent_streams()));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(server->config_.max_connection_idle_ms()));
+  // Clients that resolve a name re-resolve when a connection ends: without an age, a long-lived
+  // client never finds servers that joined (grpc/grpc#12295).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             static_cast<int>(server->config_.max_connection_age_ms()));
+  if (server->config_.max_connection_age_grace_ms() > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(server->config_.max_connection_age_grace_ms()));
+  }
   grpc::ResourceQuota quota("blockread-server");
   quota.Resize(size_t{server->config_.grpc_memory_mb()} << 20);
   builder.SetResourceQuota(quota);

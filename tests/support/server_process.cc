@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::unique_ptr<ServerProcess> server(new ServerProcess());
   server->log_path_ = log_path;
   args.insert(args.begin(), ServerBinary());
-  args.push_back("--listen=127.0.0.1:0");
+  if (std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) { return a.starts_with("--listen="); })) {
+    args.push_back("--listen=127.0.0.1:0");
+  }
   if (std::none_of(args.begin(), args.end(), [](const std::string& a) {
         return a.starts_with("--metrics_listen") || a.starts_with("--metrics-listen");
       })) {

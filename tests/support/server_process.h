@@ -15,7 +15,7 @@ namespace blockread::testing {
 
 class ServerProcess {
  public:
-  // Starts the server binary with `args` plus --listen=127.0.0.1:0 (and
+  // Starts the server binary with `args` plus --listen=127.0.0.1:0 (unless `args` set it) (and
   // --metrics_listen=127.0.0.1:0 unless `args` set it) and waits until it prints its ports and
   // answers health SERVING (at most `timeout_s`), asked over `connection` (its credentials, for a
   // TLS server). stderr goes to `log_path`. `runner`, if given, is a program and its arguments

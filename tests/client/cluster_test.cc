@@ -1,0 +1,254 @@
+// Scale-out (issue 15) with real servers on 127.0.0.1: each serves one file they all share
+// ("shared", the same image) and one of its own ("own<i>"). The cluster client and the CLI see one
+// namespace. A server SIGKILLed while readers hammer the shared file costs none of its reads;
+// reads of the dead server's own file fail UNAVAILABLE naming it; once it is back on its port,
+// reads reach it again. A server added to a target file mid-run gets a share of the reads.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cluster_client.h"
+#include "gtest/gtest.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/server_process.h"
+
+namespace blockread::testing {
+namespace {
+
+using client::BlockReadClient;
+using client::ClusterClient;
+using client::ClusterOptions;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kImageBytes = 4 << 20;
+
+// Reads served so far by `server`, on both paths.
+uint64_t ReadsServed(const std::string& target) {
+  auto stats = BlockReadClient::Connect(target)->Stats();
+  if (!stats.ok()) return 0;
+  uint64_t reads = 0;
+  for (const v1::PathStats& path : stats->paths()) reads += path.reads();
+  return reads;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shared_ = RandomBytes(kImageBytes, 5);
+    ASSERT_TRUE(WriteAt(dir_.path() + "/shared.img", 0, shared_, true).ok());
+    for (int i = 0; i < 5; ++i) {
+      own_.push_back(RandomBytes(kImageBytes, 10 + i));
+      ASSERT_TRUE(WriteAt(absl::StrCat(dir_.path(), "/own", i, ".img"), 0, own_.back(), true).ok());
+    }
+  }
+
+  // Server i: "shared" and "own<i>"; on `port` when given (a restart).
+  std::unique_ptr<ServerProcess> StartServer(int i, int port = 0) {
+    std::vector<std::string> args = {absl::StrCat("--device=shared=", dir_.path(),
+                                                  "/shared.img,own", i, "=", dir_.path(), "/own", i,
+                                                  ".img")};
+    if (port != 0) args.push_back(absl::StrCat("--listen=127.0.0.1:", port));
+    auto server = ServerProcess::Start(args, absl::StrCat(dir_.path(), "/server", i, ".log"));
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  // Readers of random 4 KiB blocks of "shared" on `threads` threads until Stop().
+  void StartReaders(ClusterClient& cluster, int threads) {
+    start_ = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      readers_.emplace_back([this, &cluster, t] {
+        std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+        while (!stop_) {
+          const uint64_t offset = rng() % (kImageBytes / 4096) * 4096;
+          client::ReadCallOptions call;
+          call.deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+          auto read = cluster.Read("shared", offset, 4096, call);
+          if (!read.ok()) {
+            ++failed_;
+            std::lock_guard lock(mu_);
+            if (first_failure_.empty()) first_failure_ = read.status().ToString();
+            continue;
+          }
+          const bool exact = read->data() == std::string(shared_.data() + offset, 4096);
+          ++(exact ? ok_ : wrong_);
+          const double at_ms =
+              std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+          std::lock_guard lock(mu_);
+          completed_ms_.push_back(at_ms);
+        }
+      });
+    }
+  }
+  void StopReaders() {
+    stop_ = true;
+    for (auto& t : readers_) t.join();
+    readers_.clear();
+  }
+  // The longest time without a completed read after `after_ms` (when the server died).
+  double LongestGapAfter(double after_ms) {
+    std::lock_guard lock(mu_);
+    std::sort(completed_ms_.begin(), completed_ms_.end());
+    double gap = 0, previous = after_ms;
+    for (double at : completed_ms_) {
+      if (at < after_ms) continue;
+      gap = std::max(gap, at - previous);
+      previous = at;
+    }
+    return gap;
+  }
+
+  TempDir dir_;
+  std::vector<char> shared_;
+  std::vector<std::vector<char>> own_;
+  std::vector<std::thread> readers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> ok_{0}, wrong_{0}, failed_{0};
+  std::mutex mu_;
+  std::string first_failure_;
+  std::vector<double> completed_ms_;
+  Clock::time_point start_;
+};
+
+TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedAgainWhenBack) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 4; ++i) {
+    servers.push_back(StartServer(i));
+    ASSERT_NE(servers.back(), nullptr);
+    addresses.push_back(servers.back()->target());
+  }
+  const std::string targets = absl::StrJoin(addresses, ",");
+  ClusterOptions options;
+  options.backoff_max = std::chrono::milliseconds(2000);  // the test waits for the return
+  auto cluster = ClusterClient::Connect(targets, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  // One namespace: the shared file on all four, each own file on its server.
+  auto listed = (*cluster)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 5u);
+  for (const ClusterClient::ListedFile& file : *listed) {
+    if (file.info.name() == "shared") {
+      EXPECT_EQ(file.servers, addresses);
+    } else {
+      const int i = file.info.name().back() - '0';
+      EXPECT_EQ(file.servers, std::vector<std::string>{addresses[i]}) << file.info.name();
+    }
+  }
+  const ProcessExit ls =
+      RunToExit({CliBinary(), "--target=" + targets, "ls"}, dir_.path() + "/ls.out", 30);
+  EXPECT_EQ(ls.status, 0) << ls.output;
+  EXPECT_NE(ls.output.find(targets), std::string::npos) << "ls shows the shared file's servers:\n"
+                                                        << ls.output;
+  for (int i = 0; i < 4; ++i) {
+    auto own = (*cluster)->Read(absl::StrCat("own", i), 8192, 4096, {});
+    ASSERT_TRUE(own.ok()) << own.status();
+    EXPECT_EQ(own->data(), std::string(own_[i].data() + 8192, 4096));
+  }
+
+  StartReaders(**cluster, 4);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int port = servers[2]->port();
+  const double killed_at_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  ASSERT_EQ(kill(servers[2]->pid(), SIGKILL), 0);
+  servers[2]->Stop();  // reaps it
+  servers[2].reset();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+
+  // Its own file: nobody else has it.
+  auto gone = (*cluster)->Read("own2", 0, 4096, {});
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
+  EXPECT_NE(gone.status().message().find("file 'own2'"), std::string::npos) << gone.status();
+  const ProcessExit cli = RunToExit({CliBinary(), "--target=" + targets, "read", "own2", "0", "4k"},
+                                    dir_.path() + "/read.out", 30);
+  EXPECT_EQ(WEXITSTATUS(cli.status), 3) << cli.output;
+  EXPECT_NE(cli.output.find("own2"), std::string::npos) << cli.output;
+
+  // Back on its port: its file is read again, and it takes shared reads again.
+  servers[2] = StartServer(2, port);
+  ASSERT_NE(servers[2], nullptr);
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  absl::StatusOr<v1::ReadBlockResponse> back = absl::UnknownError("not tried");
+  while (Clock::now() < until) {
+    back = (*cluster)->Read("own2", 4096, 4096, {});
+    if (back.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->data(), std::string(own_[2].data() + 4096, 4096));
+  uint64_t served_after_restart = 0;
+  while (Clock::now() < until && (served_after_restart = ReadsServed(addresses[2])) < 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  StopReaders();
+  std::printf(
+      "cluster: 4 servers, 4 readers of the replicated file: %lu reads exact, %lu wrong, %lu "
+      "failed; one server SIGKILLed: longest gap in completed reads %.1f ms; back on its port, it "
+      "served %lu reads\n",
+      ok_.load(), wrong_.load(), failed_.load(), LongestGapAfter(killed_at_ms),
+      served_after_restart);
+  EXPECT_EQ(failed_.load(), 0u) << first_failure_;
+  EXPECT_EQ(wrong_.load(), 0u);
+  EXPECT_GE(served_after_restart, 100u) << "reads did not go back to the restarted server";
+  cluster->reset();  // its streams end, so the servers need not wait for them
+  for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
+}
+
+TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(StartServer(i));
+    ASSERT_NE(servers.back(), nullptr);
+  }
+  const std::string target_file = dir_.path() + "/targets";
+  std::ofstream(target_file) << servers[0]->target() << "\n" << servers[1]->target() << "\n";
+  ClusterOptions options;
+  options.resolve_interval = std::chrono::milliseconds(1000);
+  auto cluster = ClusterClient::Connect("@" + target_file, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  StartReaders(**cluster, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  servers.push_back(StartServer(2));
+  ASSERT_NE(servers.back(), nullptr);
+  const std::string added = servers.back()->target();
+  std::ofstream(target_file) << servers[0]->target() << "\n"
+                             << servers[1]->target() << "\n"
+                             << added << "\n";
+  const auto added_at = Clock::now();
+  uint64_t served = 0;
+  while (Clock::now() < added_at + std::chrono::seconds(15) &&
+         (served = ReadsServed(added)) < 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double took_s = std::chrono::duration<double>(Clock::now() - added_at).count();
+  // Its share over a second once it is in.
+  const uint64_t before_added = ReadsServed(added), before_all = ok_.load();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double share = static_cast<double>(ReadsServed(added) - before_added) /
+                       static_cast<double>(std::max<uint64_t>(1, ok_.load() - before_all));
+  StopReaders();
+  std::printf(
+      "cluster: a third server added to the target file served 100 reads %.1f s later, "
+      "then %.0f%% of them\n",
+      took_s, share * 100);
+  EXPECT_GE(served, 100u) << "the added server got no reads within 15 s";
+  EXPECT_EQ(failed_.load(), 0u) << first_failure_;
+  EXPECT_EQ(wrong_.load(), 0u);
+  cluster->reset();
+  for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
+}
+
+}  // namespace
+}  // namespace blockread::testing
