@@ -119,6 +119,25 @@ class ClusterTest : public ::testing::Test {
   Clock::time_point start_;
 };
 
+TEST_F(ClusterTest, TargetsResolveToEveryServerOnce) {
+  auto listed = client::ResolveTargets("127.0.0.1:1, 127.0.0.1:2,127.0.0.1:1");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(*listed, (std::vector<std::string>{"127.0.0.1:1", "127.0.0.1:2"}));
+  // A name is resolved by the client: every address it has (localhost is in /etc/hosts).
+  auto named = client::ResolveTargets("dns:///localhost:7420");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_NE(std::find(named->begin(), named->end(), "127.0.0.1:7420"), named->end())
+      << absl::StrJoin(*named, ",");
+  const std::string file = dir_.path() + "/targets";
+  std::ofstream(file) << "127.0.0.1:3\n127.0.0.1:4\n";
+  auto from_file = client::ResolveTargets("127.0.0.1:2,@" + file);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(*from_file, (std::vector<std::string>{"127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}));
+  EXPECT_EQ(client::ResolveTargets("@" + dir_.path() + "/missing").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client::ResolveTargets(" , ").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedAgainWhenBack) {
   std::vector<std::unique_ptr<ServerProcess>> servers;
   std::vector<std::string> addresses;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/k8s: every manifest parses, `kubectl kustomize` renders both routes, the rendered objects
 # agree with each other (probes on the health_listen port, the ConfigMap the pod mounts, Guaranteed QoS
-# with whole CPUs, the device plugin's resource, no privileged on the default route), and the
-# ConfigMap's server config passes the server's own check.
+# with whole CPUs, the device plugin's resource, no privileged on the default route), the example
+# client's dns:/// target and TLS name are the headless Service's, and the ConfigMap's server
+# config passes the server's own check.
 #
 #   tests/deploy/manifests_test.sh BLOCKREAD_SERVER_BINARY
 #
@@ -50,7 +51,7 @@ grep -q '^  - daemonset-privileged.yaml$' "$tmp/k8s/kustomization.yaml" ||
   fail "$kubectl kustomize with daemonset-privileged.yaml: $(cat "$tmp/privileged.err")"
 echo "ok: the privileged route renders"
 
-python3 - "$tmp" "$k8s/device-plugin/generic-device-plugin.yaml" <<'PY'
+python3 - "$tmp" "$k8s/device-plugin/generic-device-plugin.yaml" "$k8s/examples/client-job.yaml" <<'PY'
 import pathlib, re, sys, yaml
 tmp = pathlib.Path(sys.argv[1])
 
@@ -140,6 +141,27 @@ assert extended == [f"{domain}/blockread-nvme"] and "blockread-nvme" in names, (
 assert plugin_pod["nodeSelector"] == pod["nodeSelector"], "plugin and server select different nodes"
 print("ok: default route: probes on the health_listen port, Guaranteed QoS, not privileged, Localhost seccomp, "
       f"{extended[0]} from the device plugin")
+
+# The example client resolves the headless Service itself: its dns:/// target is that Service's
+# name in its namespace and its grpc port, only ready pods are published, and under TLS it checks
+# each pod's certificate against the Service's name (the SAN README.md's certificate carries).
+svc = one(objects(tmp / "default.yaml"), "Service")
+[job] = [d for d in yaml.safe_load_all(pathlib.Path(sys.argv[3]).read_text()) if d]
+assert job["kind"] == "Job" and job["metadata"]["namespace"] == svc["metadata"]["namespace"], \
+    "the client Job is not in the Service's namespace"
+[client] = job["spec"]["template"]["spec"]["containers"]
+client_args = dict(a.split("=", 1) for a in client["args"] if a.startswith("--"))
+service_dns = f'{svc["metadata"]["name"]}.{svc["metadata"]["namespace"]}.svc'
+[grpc_port] = [p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc"]
+assert client_args["--target"] in (f"dns:///{service_dns}:{grpc_port}",
+                                   f"dns:///{service_dns}.cluster.local:{grpc_port}"), \
+    f'client --target {client_args["--target"]} is not dns:///{service_dns}:{grpc_port}'
+assert not svc["spec"].get("publishNotReadyAddresses"), "the Service publishes pods that are not ready"
+assert client_args["--tls-server-name"] == service_dns, "the client checks certificates against another name"
+readme = (pathlib.Path(sys.argv[3]).parent.parent / "README.md").read_text()
+assert f"subjectAltName=DNS:{service_dns}" in readme, "README.md's server certificate does not name the Service"
+assert {"--ca", "--cert", "--key"} <= set(client_args), "the client has no certificate for the mTLS port"
+print(f"ok: the example client resolves {client_args['--target']} and checks certificates against {service_dns}")
 
 ds, pod, c, res = check("privileged", tmp / "privileged.yaml")
 assert c["securityContext"].pop("privileged", None) is True, "privileged route is not privileged"
