@@ -18,10 +18,8 @@ namespace blockread::client {
 struct ClusterClient::Server {
   std::string address;
   std::unique_ptr<BlockReadClient> client;
-  std::atomic<int> outstanding{0};
+  ServerHealth health;
   // Guarded by ClusterClient::mu_.
-  int failures = 0;                 // in a row
-  Clock::time_point retry_at{};     // backed off until
   bool listed = false;              // its file list was read at least once
   std::vector<v1::FileInfo> files;  // as last listed
 };
@@ -180,10 +178,7 @@ void ClusterClient::Refresh() {
   // One server: no table, every call goes to it.
   if (servers.size() > 1) {
     for (const auto& server : servers) {
-      {
-        std::lock_guard lock(mu_);
-        if (server->retry_at > now) continue;  // backed off: keep what it listed
-      }
+      if (!server->health.Available(now)) continue;  // backed off: keep what it listed
       // Outside the lock: the listing is a few calls. Bounded, so a hung server costs 2 s once.
       ClientOptions quick = options_.connection;
       quick.timeout = std::chrono::milliseconds(2000);
@@ -192,8 +187,7 @@ void ClusterClient::Refresh() {
       if (listed.ok()) {
         server->files = *std::move(listed);
         server->listed = true;
-        server->failures = 0;
-        server->retry_at = {};
+        server->health.Succeeded();
       } else {
         MarkFailed(*server);
       }
@@ -240,20 +234,8 @@ void ClusterClient::Refresh() {
 }
 
 void ClusterClient::MarkFailed(Server& server) {
-  // REQUIRES: mu_ held.
-  ++server.failures;
-  const int doublings = std::min(server.failures - 1, 16);
-  const auto backoff = std::min<std::chrono::milliseconds>(
-      options_.backoff_max, options_.backoff_initial * (int64_t{1} << doublings));
-  const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(rng_);
-  server.retry_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(backoff * jitter);
+  server.health.Failed(options_.backoff, rng_);
   next_refresh_ = Clock::now();  // a server was lost: resolve again at the next call
-}
-
-void ClusterClient::MarkOk(Server& server) {
-  std::lock_guard lock(mu_);
-  server.failures = 0;
-  server.retry_at = {};
 }
 
 std::shared_ptr<ClusterClient::Server> ClusterClient::Choose(const std::string& file,
@@ -266,21 +248,14 @@ std::shared_ptr<ClusterClient::Server> ClusterClient::Choose(const std::string& 
   const auto now = Clock::now();
   std::vector<const std::shared_ptr<Server>*> candidates;
   for (const auto& server : found->second) {
-    if (tried.count(server.get()) == 0 && server->retry_at <= now) candidates.push_back(&server);
+    if (tried.count(server.get()) == 0 && server->health.Available(now)) {
+      candidates.push_back(&server);
+    }
   }
   if (candidates.empty()) return nullptr;
-  if (candidates.size() == 1) return *candidates[0];
-  // Power of two choices: two distinct replicas at random, the one with fewer reads outstanding.
-  std::uniform_int_distribution<size_t> pick(0, candidates.size() - 1);
-  const size_t a = pick(rng_);
-  size_t b = pick(rng_);
-  if (b == a) b = (a + 1) % candidates.size();
-  const auto& x = *candidates[a];
-  const auto& y = *candidates[b];
-  return x->outstanding.load(std::memory_order_relaxed) <=
-                 y->outstanding.load(std::memory_order_relaxed)
-             ? x
-             : y;
+  return *candidates[LeastOutstandingOfTwo(
+      candidates.size(), [&](size_t i) -> ServerHealth& { return (*candidates[i])->health; },
+      rng_)];
 }
 
 template <typename Result, typename Attempt>
@@ -318,7 +293,7 @@ absl::StatusOr<Result> ClusterClient::Route(
       // Not listed by any server that answered: NOT_FOUND only when every server did.
       std::vector<std::string> unlisted;
       for (const auto& s : servers_) {
-        if (!s->listed || s->failures > 0) unlisted.push_back(s->address);
+        if (!s->listed || s->health.failures() > 0) unlisted.push_back(s->address);
       }
       if (unlisted.empty()) {
         return absl::NotFoundError(absl::StrCat("file '", file, "' is not served by any of the ",
@@ -328,11 +303,11 @@ absl::StatusOr<Result> ClusterClient::Route(
           "file '", file, "' is not served by any reachable server; ", unlisted.size(), " of ",
           servers_.size(), " could not be asked (", absl::StrJoin(unlisted, ", "), ")"));
     }
-    server->outstanding.fetch_add(1, std::memory_order_relaxed);
+    server->health.outstanding.fetch_add(1, std::memory_order_relaxed);
     absl::StatusOr<Result> result = attempt(*server->client);
-    server->outstanding.fetch_sub(1, std::memory_order_relaxed);
+    server->health.outstanding.fetch_sub(1, std::memory_order_relaxed);
     if (result.ok()) {
-      if (server->failures != 0) MarkOk(*server);
+      server->health.Succeeded();
       return result;
     }
     const absl::StatusCode code = result.status().code();

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/blockread_client.h"
+#include "client/server_choice.h"
 
 namespace blockread::client {
 
@@ -40,9 +41,7 @@ struct ClusterOptions {
   ClientOptions connection;
   // How often the targets are resolved again (and the servers' file lists read again).
   std::chrono::milliseconds resolve_interval{10000};
-  // A failed server's first back-off; it doubles per failure in a row, up to backoff_max.
-  std::chrono::milliseconds backoff_initial{200};
-  std::chrono::milliseconds backoff_max{10000};
+  BackoffPolicy backoff;
 };
 
 // Server addresses from a --target value: a comma-separated list of host:port, dns:///name:port
@@ -88,8 +87,8 @@ class ClusterClient {
   // A replica of `file` not in `tried` and not backed off; null when there is none.
   std::shared_ptr<Server> Choose(const std::string& file, const std::set<const Server*>& tried,
                                  bool* known);
+  // REQUIRES: mu_ held (for rng_).
   void MarkFailed(Server& server);
-  void MarkOk(Server& server);
   // Calls `attempt(client)` on replicas of `file` until one answers with anything but
   // UNAVAILABLE, or the replicas or the deadline run out.
   template <typename Result, typename Attempt>
@@ -100,7 +99,7 @@ class ClusterClient {
   const std::string targets_;
   const ClusterOptions options_;
   std::mutex refresh_mu_;  // one refresh at a time
-  mutable std::mutex mu_;  // guards what follows, and Server's failure state
+  mutable std::mutex mu_;  // guards what follows
   std::vector<std::shared_ptr<Server>> servers_;
   std::map<std::string, std::vector<std::shared_ptr<Server>>> replicas_;
   std::map<std::string, v1::FileInfo> infos_;

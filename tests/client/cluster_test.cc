@@ -148,7 +148,7 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   }
   const std::string targets = absl::StrJoin(addresses, ",");
   ClusterOptions options;
-  options.backoff_max = std::chrono::milliseconds(2000);  // the test waits for the return
+  options.backoff.max = std::chrono::milliseconds(2000);  // the test waits for the return
   auto cluster = ClusterClient::Connect(targets, options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 

@@ -1,0 +1,77 @@
+// How a client picks among servers that hold the same file, and stays away from one that fails:
+// shared by ClusterClient and `blockread load`, so both route and back off the same way.
+#ifndef BLOCKREAD_CLIENT_SERVER_CHOICE_H_
+#define BLOCKREAD_CLIENT_SERVER_CHOICE_H_
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <random>
+
+namespace blockread::client {
+
+struct BackoffPolicy {
+  // A failed server's first back-off; it doubles per failure in a row, up to `max`, each drawn
+  // with jitter from half to one and a half times that.
+  std::chrono::milliseconds initial{200};
+  std::chrono::milliseconds max{10000};
+};
+
+// One server as this client sees it. Lock-free: any thread may use it.
+class ServerHealth {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Not backed off at `now`: a read may go to it.
+  bool Available(Clock::time_point now) const {
+    return retry_at_ns_.load(std::memory_order_relaxed) <= now.time_since_epoch().count();
+  }
+  Clock::time_point retry_at() const {
+    return Clock::time_point(Clock::duration(retry_at_ns_.load(std::memory_order_relaxed)));
+  }
+  // It could not be reached: back it off (see BackoffPolicy). `rng` is the caller's.
+  template <typename Rng>
+  void Failed(const BackoffPolicy& policy, Rng& rng) {
+    const int failures = failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const int doublings = std::min(failures - 1, 16);
+    const auto backoff =
+        std::min<std::chrono::milliseconds>(policy.max, policy.initial * (int64_t{1} << doublings));
+    const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(backoff * jitter);
+    retry_at_ns_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  // It answered: whatever back-off it had is over.
+  void Succeeded() {
+    if (failures_.load(std::memory_order_relaxed) == 0) return;
+    failures_.store(0, std::memory_order_relaxed);
+    retry_at_ns_.store(0, std::memory_order_relaxed);
+  }
+  int failures() const { return failures_.load(std::memory_order_relaxed); }
+
+  // Reads sent to it and not answered yet, by this client.
+  std::atomic<int> outstanding{0};
+
+ private:
+  std::atomic<int> failures_{0};
+  std::atomic<int64_t> retry_at_ns_{0};
+};
+
+// The power of two choices: two distinct candidates at random, the one with fewer reads
+// outstanding. `count` candidates, `health(i)` the i-th one's ServerHealth. REQUIRES: count > 0.
+template <typename HealthOf, typename Rng>
+size_t LeastOutstandingOfTwo(size_t count, HealthOf health, Rng& rng) {
+  if (count == 1) return 0;
+  std::uniform_int_distribution<size_t> pick(0, count - 1);
+  const size_t a = pick(rng);
+  size_t b = pick(rng);
+  if (b == a) b = (a + 1) % count;
+  return health(a).outstanding.load(std::memory_order_relaxed) <=
+                 health(b).outstanding.load(std::memory_order_relaxed)
+             ? a
+             : b;
+}
+
+}  // namespace blockread::client
+
+#endif  // BLOCKREAD_CLIENT_SERVER_CHOICE_H_
