@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "client/server_choice.h"
 
 namespace blockread::client {
 
@@ -105,6 +106,13 @@ std::unique_ptr<BlockReadClient> BlockReadClient::Connect(const std::string& tar
   // response wait for a WINDOW_UPDATE round trip; larger HTTP/2 frames mean fewer frames to parse.
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  // A server that went away is dialled again on the same schedule as the cluster client's
+  // back-off (client/server_choice.h), not gRPC's (1 s doubling to 2 min): a restarted storage
+  // node is used again within seconds.
+  const BackoffPolicy reconnect;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(reconnect.initial.count()));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(reconnect.initial.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(reconnect.max.count()));
   if (!options.server_name.empty()) {
     args.SetSslTargetNameOverride(options.server_name);
   }

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -20,6 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "client/async_read_stream.h"
 #include "client/blockread_client.h"
+#include "client/cluster_client.h"
+#include "client/server_choice.h"
 #include "client/stats_view.h"
 #include "client/units.h"
 #include "proto/wire/crc32c.h"
@@ -50,6 +54,51 @@ uint64_t MonotonicNowNs() {
 struct FileTarget {
   std::string name;
   uint64_t size = 0;
+  std::vector<int> servers;  // indices into the run's servers that hold it (its replicas)
+  bool HeldBy(int server) const {
+    return std::find(servers.begin(), servers.end(), server) != servers.end();
+  }
+};
+
+// Servers a read was sent to and that failed it, as bits of their indices (mod 64: with more
+// servers a read may skip a replica it has not tried).
+uint64_t ServerBit(int server) { return uint64_t{1} << (server % 64); }
+
+// Where reads go: to a replica of their file, by the power of two choices on reads outstanding,
+// never to a server backed off after failing (client/server_choice.h). Shared by the run's
+// threads.
+class Router {
+ public:
+  Router(size_t servers, const BackoffPolicy& backoff) : backoff_(backoff) {
+    for (size_t i = 0; i < servers; ++i) health_.push_back(std::make_unique<ServerHealth>());
+  }
+  ServerHealth& health(int server) { return *health_[server]; }
+  // A replica of `file` not in `tried` and not backed off; -1 when there is none now.
+  int Choose(const FileTarget& file, uint64_t tried, std::mt19937_64& rng) {
+    const auto now = ServerHealth::Clock::now();
+    int candidates[64];
+    size_t count = 0;
+    for (int s : file.servers) {
+      if ((tried & ServerBit(s)) == 0 && health_[s]->Available(now) && count < 64) {
+        candidates[count++] = s;
+      }
+    }
+    if (count == 0) return -1;
+    return candidates[LeastOutstandingOfTwo(
+        count, [&](size_t i) -> ServerHealth& { return *health_[candidates[i]]; }, rng)];
+  }
+  // Some replica of `file` could take the read now.
+  bool Routable(const FileTarget& file, uint64_t tried) const {
+    const auto now = ServerHealth::Clock::now();
+    return std::any_of(file.servers.begin(), file.servers.end(), [&](int s) {
+      return (tried & ServerBit(s)) == 0 && health_[s]->Available(now);
+    });
+  }
+  void Failed(int server, std::mt19937_64& rng) { health_[server]->Failed(backoff_, rng); }
+
+ private:
+  const BackoffPolicy backoff_;
+  std::vector<std::unique_ptr<ServerHealth>> health_;
 };
 
 // What one thread records. Counters and the histogram are single-writer atomics, so the progress
@@ -66,6 +115,7 @@ struct Run {
   explicit Run(const LoadOptions& options) : options(options) {}
   const LoadOptions& options;
   std::vector<FileTarget> files;
+  std::unique_ptr<Router> router;
   int verify_fd = -1;
   uint64_t start_ns = 0, measure_start_ns = 0, measure_end_ns = 0;
   std::atomic<bool> stop{false};
@@ -187,7 +237,14 @@ bool Running(const Run& run) {
   return !run.stop.load(std::memory_order_relaxed) && MonotonicNowNs() < run.measure_end_ns;
 }
 
-void UnaryThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int thread,
+// The reads that found no replica to go to: failed without being sent, as UNAVAILABLE.
+grpc::Status NoReplica(const FileTarget& file) {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      absl::StrCat("no server holding ", file.name, " is reachable now"));
+}
+
+// stubs[s]: this thread's stubs of server s (its channels to it, taken in turn).
+void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>& stubs, int thread,
                  ThreadStats& stats) {
   struct Call {
     grpc::ClientContext context;
@@ -197,36 +254,64 @@ void UnaryThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int t
     size_t file = 0;
     uint64_t offset = 0;
     uint64_t start_ns = 0;
+    int server = -1;
+    uint64_t tried = 0;  // servers that failed it (ServerBit)
   };
   const LoadOptions& o = run.options;
+  Router& router = *run.router;
   grpc::CompletionQueue queue;
   ReadPicker picker(run, thread);
   Pacer pacer(o.rate, o.threads);
+  std::mt19937_64 rng(o.seed * 104729 + thread);
+  std::vector<size_t> next_stub(stubs.size(), 0);
   int in_flight = 0;
-  size_t next_stub = 0;
+  // Sends `call` to a replica of its file; false (nothing sent) when none is reachable now.
+  const auto send = [&](Call* call) {
+    const FileTarget& file = run.files[call->file];
+    call->server = router.Choose(file, call->tried, rng);
+    if (call->server < 0) return false;
+    router.health(call->server).outstanding.fetch_add(1, std::memory_order_relaxed);
+    v1::ReadBlockRequest request;
+    request.set_file(file.name);
+    request.set_offset(call->offset);
+    request.set_length(o.block_size);
+    request.set_want_crc32c(o.verify && run.verify_fd < 0);
+    const auto& server_stubs = stubs[call->server];
+    v1::BlockRead::Stub& stub = *server_stubs[next_stub[call->server]++ % server_stubs.size()];
+    AddToken(o.connection, call->context);
+    call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
+    call->reader->StartCall();
+    call->reader->Finish(&call->response, &call->status, call);
+    ++in_flight;
+    return true;
+  };
+  const auto record = [&](Call* call) {
+    Record(run, stats, run.files[call->file], call->offset, call->start_ns, call->status,
+           call->response.data(), call->response.has_crc32c(), call->response.crc32c(),
+           call->response.timing());
+    delete call;
+  };
   for (;;) {
     const bool running = Running(run);
     uint64_t wait_ns = 0;
+    bool stalled = false;  // a read found no reachable replica
     while (running && in_flight < o.queue_depth && (wait_ns = pacer.Wait()) == 0) {
       auto* call = new Call();
       picker.Next(&call->file, &call->offset);
-      v1::ReadBlockRequest request;
-      request.set_file(run.files[call->file].name);
-      request.set_offset(call->offset);
-      request.set_length(o.block_size);
-      request.set_want_crc32c(o.verify && run.verify_fd < 0);
       call->start_ns = MonotonicNowNs();
-      v1::BlockRead::Stub& stub = *stubs[next_stub++ % stubs.size()];
-      AddToken(o.connection, call->context);
-      call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
-      call->reader->StartCall();
-      call->reader->Finish(&call->response, &call->status, call);
       stats.issued.Add(1);
-      ++in_flight;
+      if (!send(call)) {
+        call->status = NoReplica(run.files[call->file]);
+        record(call);
+        stalled = true;
+        break;
+      }
     }
     if (in_flight == 0) {
       if (!running) return;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+      // Nothing in flight and no replica to send to: wait a little rather than spin on failures.
+      std::this_thread::sleep_for(stalled ? std::chrono::nanoseconds(std::chrono::milliseconds(10))
+                                          : std::chrono::nanoseconds(wait_ns));
       continue;
     }
     void* tag;
@@ -237,79 +322,160 @@ void UnaryThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int t
     if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) continue;
     auto* call = static_cast<Call*>(tag);
     --in_flight;
-    Record(run, stats, run.files[call->file], call->offset, call->start_ns, call->status,
-           call->response.data(), call->response.has_crc32c(), call->response.crc32c(),
-           call->response.timing());
-    delete call;
+    router.health(call->server).outstanding.fetch_sub(1, std::memory_order_relaxed);
+    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      router.health(call->server).Succeeded();
+      record(call);
+      continue;
+    }
+    // The server could not be reached (or its device went away): another replica, if any, within
+    // the run; the read keeps its start time, so the failover shows in its latency.
+    router.Failed(call->server, rng);
+    if (running) {
+      auto* retry = new Call();
+      retry->file = call->file;
+      retry->offset = call->offset;
+      retry->start_ns = call->start_ns;
+      retry->tried = call->tried | ServerBit(call->server);
+      if (send(retry)) {
+        delete call;
+        continue;
+      }
+      delete retry;
+    }
+    record(call);
   }
 }
 
-// A stream thread keeps settings.streams ReadBlocks streams on one completion queue, so its
-// reads in flight (--qd) are split over streams (and channels) without more threads.
-void StreamThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int thread,
+// A stream thread keeps settings.streams ReadBlocks streams to each server on one completion
+// queue, so its reads in flight (--qd) are split over streams (and channels) without more threads.
+// Each stream carries reads of files its server holds. When a stream ends with an error while the
+// run goes on, its server is backed off, the reads it had not answered go to streams of other
+// replicas, and the stream is opened again once the back-off is over. stubs[s][l]: the stub of
+// this thread's l-th stream to server s.
+void StreamThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>& stubs, int thread,
                   const LoadSettings& settings, ThreadStats& stats) {
   struct Pending {
     size_t file;
     uint64_t offset;
     uint64_t start_ns;
+    uint64_t tried = 0;   // servers that failed it (ServerBit)
+    bool issued = false;  // sent at least once (counted in `issued`)
   };
   struct Lane {
-    std::unique_ptr<AsyncReadStream> stream;
-    int depth;                            // its share of --qd
-    std::map<uint64_t, Pending> pending;  // by tag
+    int server;
+    v1::BlockRead::Stub* stub;
+    std::unique_ptr<AsyncReadStream> stream;  // null while its server is backed off
+    int depth;                                // its share of --qd
+    std::map<uint64_t, Pending> pending;      // by tag
   };
   const LoadOptions& o = run.options;
+  Router& router = *run.router;
   grpc::CompletionQueue queue;
   ReadPicker picker(run, thread);
   Pacer pacer(o.rate, o.threads);
+  std::mt19937_64 rng(o.seed * 104729 + thread);
   std::vector<Lane> lanes;
   std::map<AsyncReadStream*, Lane*> lane_of;
-  lanes.reserve(settings.streams);
-  for (int s = 0; s < settings.streams; ++s) {
-    // The first streams take the remainder of --qd.
-    const int depth = o.queue_depth / settings.streams + (s < o.queue_depth % settings.streams);
-    lanes.push_back(
-        {std::make_unique<AsyncReadStream>(*stubs[s], queue, run.options.connection.token),
-         depth,
-         {}});
+  const int servers = static_cast<int>(stubs.size());
+  lanes.reserve(static_cast<size_t>(settings.streams) * servers);
+  for (int s = 0; s < servers; ++s) {
+    for (int l = 0; l < settings.streams; ++l) {
+      // The first streams take the remainder of --qd.
+      const int depth = o.queue_depth / settings.streams + (l < o.queue_depth % settings.streams);
+      lanes.push_back({s, stubs[s][l], nullptr, depth, {}});
+    }
   }
-  for (Lane& lane : lanes) lane_of[lane.stream.get()] = &lane;
+  const auto open = [&](Lane& lane) {
+    lane.stream = std::make_unique<AsyncReadStream>(*lane.stub, queue, o.connection.token);
+    lane_of[lane.stream.get()] = &lane;
+  };
+  for (Lane& lane : lanes) open(lane);
+  // Reads waiting for a stream of a server that holds their file: picked for a stream whose server
+  // does not, or taken back from a stream that ended. At most --qd, so picking stops meanwhile.
+  std::deque<Pending> waiting;
   uint64_t next_tag = 0;
-  // Sends one message of up to --batch reads if the lane has room for them; returns the time to
-  // wait before the pacer allows the next read (0 if none).
-  auto fill = [&](Lane& lane) -> uint64_t {
+  // Fails the waiting reads no replica can take now (each failed it, or is backed off): they are
+  // not sent to a server known to be down, and do not hold up the others.
+  const auto fail_unroutable = [&] {
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (router.Routable(run.files[it->file], it->tried)) {
+        ++it;
+        continue;
+      }
+      if (!it->issued) stats.issued.Add(1);
+      Record(run, stats, run.files[it->file], it->offset, it->start_ns,
+             NoReplica(run.files[it->file]), "", false, 0, v1::ServerTiming());
+      it = waiting.erase(it);
+    }
+  };
+  // Sends one message of up to --batch reads if the lane has room for them: waiting reads its
+  // server may take first, then new ones. Returns the time to wait before the pacer allows the
+  // next read (0 if none).
+  const auto fill = [&](Lane& lane) -> uint64_t {
+    if (lane.stream == nullptr) {
+      if (router.health(lane.server).Available(ServerHealth::Clock::now())) open(lane);
+      return 0;
+    }
     if (!lane.stream->CanWrite()) return 0;
     if (static_cast<int>(lane.pending.size()) + settings.batch > lane.depth) return 0;
     uint64_t wait_ns = 0;
     v1::ReadBlocksRequest request;
-    for (int i = 0; i < settings.batch && (wait_ns = pacer.Wait()) == 0; ++i) {
+    for (auto it = waiting.begin(); it != waiting.end() && request.reads_size() < settings.batch;) {
+      if (!run.files[it->file].HeldBy(lane.server) || (it->tried & ServerBit(lane.server)) != 0) {
+        ++it;
+        continue;
+      }
+      lane.pending[next_tag] = *it;
+      it = waiting.erase(it);
+      request.add_reads()->set_tag(next_tag++);
+    }
+    while (request.reads_size() < settings.batch &&
+           static_cast<int>(waiting.size()) < o.queue_depth && (wait_ns = pacer.Wait()) == 0) {
       Pending p{0, 0, MonotonicNowNs()};
       picker.Next(&p.file, &p.offset);
-      v1::ReadItem* item = request.add_reads();
-      item->set_tag(next_tag);
-      item->set_file(run.files[p.file].name);
-      item->set_offset(p.offset);
-      item->set_length(o.block_size);
-      item->set_want_crc32c(o.verify && run.verify_fd < 0);
-      lane.pending[next_tag++] = p;
+      if (!run.files[p.file].HeldBy(lane.server)) {
+        waiting.push_back(p);
+        continue;
+      }
+      lane.pending[next_tag] = p;
+      request.add_reads()->set_tag(next_tag++);
     }
     if (request.reads_size() == 0) return wait_ns;
-    stats.issued.Add(request.reads_size());
+    for (v1::ReadItem& item : *request.mutable_reads()) {
+      Pending& p = lane.pending[item.tag()];
+      item.set_file(run.files[p.file].name);
+      item.set_offset(p.offset);
+      item.set_length(o.block_size);
+      item.set_want_crc32c(o.verify && run.verify_fd < 0);
+      if (!p.issued) stats.issued.Add(1);
+      p.issued = true;
+    }
+    router.health(lane.server)
+        .outstanding.fetch_add(request.reads_size(), std::memory_order_relaxed);
     lane.stream->Write(std::move(request));
     return wait_ns;
   };
-  size_t live = lanes.size();
   v1::ReadBlocksResponse response;
-  while (live > 0) {
+  for (;;) {
     const bool running = Running(run);
     uint64_t wait_ns = 0;
+    size_t open_lanes = 0;
     for (Lane& lane : lanes) {
       if (running) {
         const uint64_t w = fill(lane);
         if (w > 0 && (wait_ns == 0 || w < wait_ns)) wait_ns = w;
-      } else {
+      } else if (lane.stream != nullptr) {
         lane.stream->CloseSend();  // the server answers what is pending, then ends the call
       }
+      open_lanes += lane.stream != nullptr;
+    }
+    if (!waiting.empty()) fail_unroutable();
+    if (open_lanes == 0) {
+      if (!running) break;
+      // Every server is backed off: wait for the first to come back rather than spin.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
     void* tag;
     bool ok;
@@ -319,11 +485,11 @@ void StreamThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int 
     if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) continue;
     AsyncReadStream* stream = AsyncReadStream::Of(tag);
     Lane& lane = *lane_of.at(stream);
+    ServerHealth& health = router.health(lane.server);
     switch (stream->OnCompletion(tag, ok, &response)) {
-      case AsyncReadStream::Event::kWriteFailed:
-        run.stop.store(true);
-        break;
       case AsyncReadStream::Event::kResponse:
+        health.Succeeded();
+        health.outstanding.fetch_sub(response.results_size(), std::memory_order_relaxed);
         for (const v1::ReadResult& r : response.results()) {
           auto it = lane.pending.find(r.tag());
           if (it == lane.pending.end()) continue;
@@ -334,20 +500,40 @@ void StreamThread(Run& run, const std::vector<v1::BlockRead::Stub*>& stubs, int 
         }
         break;
       case AsyncReadStream::Event::kEnded: {
-        --live;
-        // Reads the stream never answered count as errors: nothing is silently dropped.
         const absl::Status finished = FromGrpc(stream->status());
-        for (size_t i = 0; i < lane.pending.size(); ++i) {
-          stats.returned.Add(1);
-          ++stats.errors[finished.ok() ? "UNANSWERED" : absl::StatusCodeToString(finished.code())];
+        health.outstanding.fetch_sub(static_cast<int>(lane.pending.size()),
+                                     std::memory_order_relaxed);
+        if (Running(run) && !finished.ok()) {
+          // Its server went away: back it off, and its reads go to other replicas.
+          router.Failed(lane.server, rng);
+          for (auto& [tag, p] : lane.pending) {
+            p.tried |= ServerBit(lane.server);
+            waiting.push_back(p);
+          }
+        } else {
+          // Reads the stream never answered count as errors: nothing is silently dropped.
+          for (size_t i = 0; i < lane.pending.size(); ++i) {
+            stats.returned.Add(1);
+            ++stats
+                  .errors[finished.ok() ? "UNANSWERED" : absl::StatusCodeToString(finished.code())];
+          }
         }
         lane.pending.clear();
+        lane_of.erase(stream);
+        lane.stream.reset();
         break;
       }
+      case AsyncReadStream::Event::kWriteFailed:  // it ends soon, with a status
       case AsyncReadStream::Event::kNone:
       case AsyncReadStream::Event::kWritable:
         break;
     }
+  }
+  // Reads sent once and never answered since: errors, as above.
+  for (const Pending& p : waiting) {
+    if (!p.issued) continue;
+    stats.returned.Add(1);
+    ++stats.errors["UNANSWERED"];
   }
 }
 
@@ -531,29 +717,51 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
   if (!derived.ok()) return derived.status();
   const LoadSettings& settings = *derived;
   Run run(o);
-  std::vector<std::unique_ptr<BlockReadClient>> clients;
-  for (int c = 0; c < settings.channels; ++c) {
-    clients.push_back(BlockReadClient::Connect(o.targets[c % o.targets.size()], o.connection));
-  }
-  // Files and their sizes, from the first server.
+  // The servers and which files each holds: the cluster client's table (one server: its list).
+  ClusterOptions cluster_options;
+  cluster_options.connection = o.connection;
+  auto cluster = ClusterClient::Connect(absl::StrJoin(o.targets, ","), cluster_options);
+  if (!cluster.ok()) return cluster.status();
+  const std::vector<std::string> servers = (*cluster)->servers();
+  auto listed = (*cluster)->List();
+  if (!listed.ok()) return listed.status();
+  const auto index_of = [&](const std::string& address) {
+    return static_cast<int>(std::find(servers.begin(), servers.end(), address) - servers.begin());
+  };
+  const auto add_file = [&](const ClusterClient::ListedFile& f) {
+    FileTarget file{f.info.name(), f.info.size(), {}};
+    for (const std::string& address : f.servers) file.servers.push_back(index_of(address));
+    run.files.push_back(std::move(file));
+  };
   if (o.files.empty()) {
-    auto listed = clients[0]->List();
-    if (!listed.ok()) return listed.status();
-    for (const v1::FileInfo& f : *listed) {
-      if (f.size() >= o.block_size) run.files.push_back({f.name(), f.size()});
+    for (const ClusterClient::ListedFile& f : *listed) {
+      if (f.info.size() >= o.block_size) add_file(f);
     }
     if (run.files.empty()) {
-      return absl::NotFoundError(absl::StrCat("no file on ", o.targets[0], " holds a --bs read"));
+      return absl::NotFoundError(
+          absl::StrCat("no file on ", absl::StrJoin(o.targets, ","), " holds a --bs read"));
     }
   } else {
     for (const std::string& name : o.files) {
-      auto info = clients[0]->Stat(name);
-      if (!info.ok()) return info.status();
-      if (info->size() < o.block_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, " (", info->size(), " bytes) is smaller than --bs"));
+      const auto found = std::find_if(listed->begin(), listed->end(),
+                                      [&](const auto& f) { return f.info.name() == name; });
+      if (found == listed->end()) {
+        return absl::NotFoundError(absl::StrCat("--file ", name, ": no server of ",
+                                                absl::StrJoin(o.targets, ","), " serves it"));
       }
-      run.files.push_back({name, info->size()});
+      if (found->info.size() < o.block_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " (", found->info.size(), " bytes) is smaller than --bs"));
+      }
+      add_file(*found);
+    }
+  }
+  run.router = std::make_unique<Router>(servers.size(), cluster_options.backoff);
+  // settings.channels channels to each server (thread t's lanes use channels t, t + threads, ...).
+  std::vector<std::vector<std::unique_ptr<BlockReadClient>>> clients(servers.size());
+  for (size_t s = 0; s < servers.size(); ++s) {
+    for (int c = 0; c < settings.channels; ++c) {
+      clients[s].push_back(BlockReadClient::Connect(servers[s], o.connection));
     }
   }
   if (!o.verify_file.empty()) {
@@ -564,11 +772,12 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     }
   }
 
+  // Server stats over the run: after minus before, of the servers that answered both times.
   std::map<std::string, uint64_t> paths, fallbacks;
-  for (const std::string& target : o.targets) {
-    auto before = BlockReadClient::Connect(target, o.connection)->Stats();
-    if (!before.ok()) return before.status();
-    AddStats(*before, -1, paths, fallbacks).IgnoreError();
+  std::vector<std::optional<v1::GetStatsResponse>> stats_before(servers.size());
+  for (size_t s = 0; s < servers.size(); ++s) {
+    auto before = BlockReadClient::Connect(servers[s], o.connection)->Stats();
+    if (before.ok()) stats_before[s] = *std::move(before);
   }
 
   run.start_ns = MonotonicNowNs();
@@ -584,9 +793,11 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     // t, t + threads, t + 2 * threads, ... (mod channels), so every channel gets used.
     const int lanes = o.stream ? settings.streams
                                : std::max(1, (settings.channels - t + o.threads - 1) / o.threads);
-    std::vector<v1::BlockRead::Stub*> stubs;
-    for (int l = 0; l < lanes; ++l) {
-      stubs.push_back(&clients[(t + l * o.threads) % clients.size()]->stub());
+    std::vector<std::vector<v1::BlockRead::Stub*>> stubs(servers.size());
+    for (size_t s = 0; s < servers.size(); ++s) {
+      for (int l = 0; l < lanes; ++l) {
+        stubs[s].push_back(&clients[s][(t + l * o.threads) % clients[s].size()]->stub());
+      }
     }
     ThreadStats& thread_stats = *stats[t];
     threads.emplace_back([&run, &o, &settings, &thread_stats, stubs = std::move(stubs), t] {
@@ -625,9 +836,13 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     result.server_total_us = server / 1e3 / result.reads;
   }
   std::vector<std::string> versions;
-  for (const std::string& target : o.targets) {
-    auto after = BlockReadClient::Connect(target, o.connection)->Stats();
-    if (!after.ok()) continue;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    auto after = BlockReadClient::Connect(servers[s], o.connection)->Stats();
+    // A server that restarted meanwhile counts from 0 again: its difference means nothing.
+    if (!after.ok() || !stats_before[s] || after->uptime_ns() < stats_before[s]->uptime_ns()) {
+      continue;
+    }
+    AddStats(*stats_before[s], -1, paths, fallbacks).IgnoreError();
     AddStats(*after, 1, paths, fallbacks).IgnoreError();
     if (std::find(versions.begin(), versions.end(), after->version()) == versions.end()) {
       versions.push_back(after->version());

@@ -30,9 +30,12 @@ class ServerHealth {
   Clock::time_point retry_at() const {
     return Clock::time_point(Clock::duration(retry_at_ns_.load(std::memory_order_relaxed)));
   }
-  // It could not be reached: back it off (see BackoffPolicy). `rng` is the caller's.
+  // It could not be reached: back it off (see BackoffPolicy). Failures while it is backed off
+  // already (the other reads that were in flight to it) do not count again. `rng` is the
+  // caller's.
   template <typename Rng>
   void Failed(const BackoffPolicy& policy, Rng& rng) {
+    if (!Available(Clock::now())) return;
     const int failures = failures_.fetch_add(1, std::memory_order_relaxed) + 1;
     const int doublings = std::min(failures - 1, 16);
     const auto backoff =
