@@ -5,6 +5,7 @@
 #include <grpcpp/security/credentials.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -105,6 +106,7 @@ class Router {
 // line can read them while the thread runs.
 struct ThreadStats {
   wire::Counter issued, returned, reads, bytes;
+  wire::Counter hedged, hedges_won;   // second calls sent for slow reads, and those answered first
   wire::LatencyHistogram latency_ns;  // counted (post-ramp, in-interval) successful reads
   wire::Counter queue_ns, device_ns, server_ns;
   std::map<std::string, uint64_t> errors;  // read after the thread ends
@@ -243,19 +245,55 @@ grpc::Status NoReplica(const FileTarget& file) {
                       absl::StrCat("no server holding ", file.name, " is reachable now"));
 }
 
+// The recent latencies of one server (or of all), for hedging: the percentile of the last 256,
+// computed again every 32.
+class RecentLatency {
+ public:
+  void Add(uint64_t ns, double percentile) {
+    ring_[next_++ % ring_.size()] = ns;
+    if (next_ % 32 != 0 || next_ < 64) return;
+    std::vector<uint64_t> sorted(ring_.begin(), ring_.begin() + std::min(next_, ring_.size()));
+    const size_t at =
+        static_cast<size_t>(percentile / 100 * static_cast<double>(sorted.size() - 1));
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(at), sorted.end());
+    threshold_ns_ = sorted[at];
+  }
+  // 0 until 64 latencies are known.
+  uint64_t threshold_ns() const { return threshold_ns_; }
+
+ private:
+  std::array<uint64_t, 256> ring_{};
+  size_t next_ = 0;
+  uint64_t threshold_ns_ = 0;
+};
+
 // stubs[s]: this thread's stubs of server s (its channels to it, taken in turn).
 void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>& stubs, int thread,
                  ThreadStats& stats) {
+  struct Call;
+  // One read, answered once: its first call, a hedge sent to another replica when it is slow,
+  // and resends after UNAVAILABLE. The first answer (other than UNAVAILABLE) wins; the other
+  // call is cancelled.
+  struct Flight {
+    size_t file = 0;
+    uint64_t offset = 0;
+    uint64_t start_ns = 0;
+    int first_server = -1;
+    int live = 0;  // its calls in flight
+    bool answered = false;
+    bool hedged = false;
+    Call* calls[2] = {nullptr, nullptr};  // in flight
+  };
   struct Call {
     grpc::ClientContext context;
     v1::ReadBlockResponse response;
     grpc::Status status;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReadBlockResponse>> reader;
-    size_t file = 0;
-    uint64_t offset = 0;
-    uint64_t start_ns = 0;
+    std::shared_ptr<Flight> flight;
     int server = -1;
     uint64_t tried = 0;  // servers that failed it (ServerBit)
+    uint64_t sent_ns = 0;
+    bool hedge = false;
   };
   const LoadOptions& o = run.options;
   Router& router = *run.router;
@@ -264,20 +302,34 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
   Pacer pacer(o.rate, o.threads);
   std::mt19937_64 rng(o.seed * 104729 + thread);
   std::vector<size_t> next_stub(stubs.size(), 0);
+  const bool hedging = o.hedge_after_percentile > 0;
+  std::vector<RecentLatency> server_latency(stubs.size());
+  RecentLatency all_latency;
+  // Reads that may need a hedge, by the server of their first call, oldest first.
+  std::vector<std::deque<std::shared_ptr<Flight>>> watched(stubs.size());
+  uint64_t hedges = 0, reads_started = 0;
   int in_flight = 0;
-  // Sends `call` to a replica of its file; false (nothing sent) when none is reachable now.
-  const auto send = [&](Call* call) {
-    const FileTarget& file = run.files[call->file];
-    call->server = router.Choose(file, call->tried, rng);
-    if (call->server < 0) return false;
-    router.health(call->server).outstanding.fetch_add(1, std::memory_order_relaxed);
+  // Sends a call of `flight`; false (nothing sent) when no replica is reachable now.
+  const auto send = [&](const std::shared_ptr<Flight>& flight, uint64_t tried, bool hedge) {
+    const FileTarget& file = run.files[flight->file];
+    const int server = router.Choose(file, tried, rng);
+    if (server < 0) return false;
+    auto* call = new Call();
+    call->flight = flight;
+    call->server = server;
+    call->tried = tried;
+    call->hedge = hedge;
+    call->sent_ns = MonotonicNowNs();
+    flight->calls[flight->calls[0] == nullptr ? 0 : 1] = call;
+    ++flight->live;
+    router.health(server).outstanding.fetch_add(1, std::memory_order_relaxed);
     v1::ReadBlockRequest request;
     request.set_file(file.name);
-    request.set_offset(call->offset);
+    request.set_offset(flight->offset);
     request.set_length(o.block_size);
     request.set_want_crc32c(o.verify && run.verify_fd < 0);
-    const auto& server_stubs = stubs[call->server];
-    v1::BlockRead::Stub& stub = *server_stubs[next_stub[call->server]++ % server_stubs.size()];
+    const auto& server_stubs = stubs[server];
+    v1::BlockRead::Stub& stub = *server_stubs[next_stub[server]++ % server_stubs.size()];
     AddToken(o.connection, call->context);
     call->reader = stub.PrepareAsyncReadBlock(&call->context, request, &queue);
     call->reader->StartCall();
@@ -285,27 +337,65 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
     ++in_flight;
     return true;
   };
-  const auto record = [&](Call* call) {
-    Record(run, stats, run.files[call->file], call->offset, call->start_ns, call->status,
-           call->response.data(), call->response.has_crc32c(), call->response.crc32c(),
-           call->response.timing());
-    delete call;
+  const auto answer = [&](const Flight& flight, const grpc::Status& status,
+                          const v1::ReadBlockResponse& response) {
+    Record(run, stats, run.files[flight.file], flight.offset, flight.start_ns, status,
+           response.data(), response.has_crc32c(), response.crc32c(), response.timing());
+  };
+  // Sends hedges for the reads that have waited past their threshold (within the budget);
+  // returns how long until the next may be due (0: none watched).
+  const auto hedge_due = [&]() -> uint64_t {
+    uint64_t next_ns = 0;
+    const uint64_t now = MonotonicNowNs();
+    for (size_t server = 0; server < watched.size(); ++server) {
+      auto& queue_of = watched[server];
+      const uint64_t own = server_latency[server].threshold_ns();
+      const uint64_t overall = all_latency.threshold_ns();
+      // A replica slow throughout has a high percentile of its own: the lower one counts.
+      const uint64_t threshold = own == 0 ? overall : overall == 0 ? own : std::min(own, overall);
+      while (!queue_of.empty()) {
+        const std::shared_ptr<Flight>& flight = queue_of.front();
+        if (flight->answered || flight->live == 0 || threshold == 0) {
+          queue_of.pop_front();
+          continue;
+        }
+        const uint64_t due = flight->start_ns + threshold;
+        if (due > now) {
+          if (next_ns == 0 || due - now < next_ns) next_ns = due - now;
+          break;
+        }
+        if (static_cast<double>(hedges) < o.hedge_max_share * static_cast<double>(reads_started) &&
+            send(flight, ServerBit(flight->first_server), /*hedge=*/true)) {
+          flight->hedged = true;
+          ++hedges;
+          stats.hedged.Add(1);
+        }
+        queue_of.pop_front();
+      }
+    }
+    return next_ns;
   };
   for (;;) {
     const bool running = Running(run);
     uint64_t wait_ns = 0;
     bool stalled = false;  // a read found no reachable replica
     while (running && in_flight < o.queue_depth && (wait_ns = pacer.Wait()) == 0) {
-      auto* call = new Call();
-      picker.Next(&call->file, &call->offset);
-      call->start_ns = MonotonicNowNs();
+      auto flight = std::make_shared<Flight>();
+      picker.Next(&flight->file, &flight->offset);
+      flight->start_ns = MonotonicNowNs();
       stats.issued.Add(1);
-      if (!send(call)) {
-        call->status = NoReplica(run.files[call->file]);
-        record(call);
+      ++reads_started;
+      if (!send(flight, 0, false)) {
+        answer(*flight, NoReplica(run.files[flight->file]), v1::ReadBlockResponse());
         stalled = true;
         break;
       }
+      flight->first_server = flight->calls[0]->server;
+      if (hedging) watched[flight->first_server].push_back(flight);
+    }
+    if (hedging && running) {
+      const uint64_t hedge_wait = hedge_due();
+      if (hedge_wait > 0 && (wait_ns == 0 || hedge_wait < wait_ns)) wait_ns = hedge_wait;
     }
     if (in_flight == 0) {
       if (!running) return;
@@ -320,30 +410,35 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
                               ? std::chrono::system_clock::now() + std::chrono::nanoseconds(wait_ns)
                               : std::chrono::system_clock::now() + std::chrono::milliseconds(100);
     if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) continue;
-    auto* call = static_cast<Call*>(tag);
+    std::unique_ptr<Call> call(static_cast<Call*>(tag));
+    const std::shared_ptr<Flight> flight = call->flight;
     --in_flight;
+    --flight->live;
+    (flight->calls[0] == call.get() ? flight->calls[0] : flight->calls[1]) = nullptr;
     router.health(call->server).outstanding.fetch_sub(1, std::memory_order_relaxed);
-    if (call->status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    if (flight->answered) continue;  // the other call answered first; this one was cancelled
+    const grpc::StatusCode code = call->status.error_code();
+    if (code == grpc::StatusCode::UNAVAILABLE) {
+      // The server could not be reached (or its device went away): another replica, if any,
+      // within the run; the read keeps its start time, so the failover shows in its latency. A
+      // hedge still in flight may answer instead.
+      router.Failed(call->server, rng);
+      if (flight->live > 0) continue;
+      if (running && send(flight, call->tried | ServerBit(call->server), call->hedge)) continue;
+    } else {
       router.health(call->server).Succeeded();
-      record(call);
-      continue;
-    }
-    // The server could not be reached (or its device went away): another replica, if any, within
-    // the run; the read keeps its start time, so the failover shows in its latency.
-    router.Failed(call->server, rng);
-    if (running) {
-      auto* retry = new Call();
-      retry->file = call->file;
-      retry->offset = call->offset;
-      retry->start_ns = call->start_ns;
-      retry->tried = call->tried | ServerBit(call->server);
-      if (send(retry)) {
-        delete call;
-        continue;
+      if (code == grpc::StatusCode::OK && hedging) {
+        const uint64_t took = MonotonicNowNs() - call->sent_ns;
+        server_latency[call->server].Add(took, o.hedge_after_percentile);
+        all_latency.Add(took, o.hedge_after_percentile);
       }
-      delete retry;
     }
-    record(call);
+    flight->answered = true;
+    if (call->hedge) stats.hedges_won.Add(1);
+    for (Call* other : flight->calls) {
+      if (other != nullptr) other->context.TryCancel();
+    }
+    answer(*flight, call->status, call->response);
   }
 }
 
@@ -665,6 +760,15 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   if (o.batch < 0) return bad("--batch must be at least 1");
   if (!o.stream && o.batch > 1) return bad("--batch needs --mode=stream");
   if (!o.stream && o.streams != 0) return bad("--streams needs --mode=stream");
+  if (o.hedge_after_percentile < 0 || o.hedge_after_percentile >= 100) {
+    return bad("--hedge-after: a percentile such as p95 (above p0, below p100)");
+  }
+  if (o.hedge_after_percentile > 0 && o.stream) {
+    return bad("--hedge-after needs --mode=unary (stream mode does not hedge)");
+  }
+  if (o.hedge_max_share <= 0 || o.hedge_max_share > 1) {
+    return bad("--hedge-max-share: a share of the reads, above 0 and at most 1");
+  }
   if (o.streams > o.queue_depth) {
     return bad("--streams cannot exceed --qd (each stream carries at least one read)");
   }
@@ -824,6 +928,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& o) {
     result.bytes += s->bytes.Load();
     result.issued += s->issued.Load();
     result.returned += s->returned.Load();
+    result.hedged += s->hedged.Load();
+    result.hedges_won += s->hedges_won.Load();
     s->latency_ns.AddTo(result.latency_ns);
     queue += s->queue_ns.Load();
     device += s->device_ns.Load();
@@ -891,6 +997,10 @@ std::string LoadResultText(const LoadOptions& o, const LoadResult& r) {
   absl::StrAppendFormat(&out, "reads issued %u, returned %u, errors %u", r.issued, r.returned,
                         errors);
   for (const auto& [code, n] : r.errors) absl::StrAppendFormat(&out, " %s=%u", code, n);
+  if (o.hedge_after_percentile > 0) {
+    absl::StrAppendFormat(&out, "\nhedged %u reads (%.2f%% of those issued), %u answered first",
+                          r.hedged, r.issued > 0 ? 100.0 * r.hedged / r.issued : 0.0, r.hedges_won);
+  }
   absl::StrAppend(&out, "\nserver paths:");
   for (const auto& [path, n] : r.server_paths) absl::StrAppendFormat(&out, " %s=%u", path, n);
   absl::StrAppend(&out, "; fallbacks:");
@@ -931,6 +1041,8 @@ std::string LoadResultJson(const LoadOptions& o, const LoadResult& r) {
                          {"server_total", r.server_total_us}};
   out["issued"] = r.issued;
   out["returned"] = r.returned;
+  out["hedged"] = r.hedged;
+  out["hedges_won"] = r.hedges_won;
   out["errors"] = nlohmann::json::object();
   for (const auto& [code, n] : r.errors) out["errors"][code] = n;
   out["per_second"] = nlohmann::json::array();

@@ -35,6 +35,12 @@ struct LoadOptions {
   uint64_t seed = 1;
   bool verify = false;
   std::string verify_file;  // with --verify: local copy to compare with; else CRC32C
+  // Unary mode: a read that has waited longer than this percentile (e.g. 95) of its server's
+  // recent latencies, or of all servers' when that is lower (a replica slow throughout has a high
+  // percentile of its own), is also sent to another replica; the first answer wins and the other
+  // call is cancelled. 0: no hedging. At most hedge_max_share of the reads are hedged.
+  double hedge_after_percentile = 0;
+  double hedge_max_share = 0.05;
   bool json = false;
   bool progress = true;  // one status line a second (only on a terminal)
 };
@@ -76,6 +82,8 @@ struct LoadResult {
   uint64_t bytes = 0;
   uint64_t issued = 0;                     // reads sent in total (ramp included)
   uint64_t returned = 0;                   // reads answered in total, successfully or not
+  uint64_t hedged = 0;                     // second calls sent for slow reads (--hedge-after)
+  uint64_t hedges_won = 0;                 // of those, the ones answered first
   std::map<std::string, uint64_t> errors;  // by status code name, whole run
   wire::HistogramSnapshot latency_ns;      // client-observed, successful reads in the interval
   // Means over the interval's successful reads, from the server timing in each response.

@@ -32,7 +32,11 @@ absl::StatusOr<double> ParseSeconds(const std::string& text, const std::string& 
 void LoadCommandLine::AddTo(CLI::App* command) {
   LoadOptions* o = &options;
   LoadCommandLine& raw = *this;
-  command->add_option("--target", o->targets, "Server(s) host:port; repeat for several")
+  command
+      ->add_option("--target", o->targets,
+                   "Server(s): host:port, dns:///name:port (every address) or @FILE; "
+                   "comma-separated or repeated. Reads go to servers that hold their file and "
+                   "fail over to another on UNAVAILABLE")
       ->delimiter(',');
   command->add_option("--file", o->files, "File(s) to read; default: every file listed")
       ->delimiter(',');
@@ -61,6 +65,13 @@ void LoadCommandLine::AddTo(CLI::App* command) {
   command->add_flag("--verify", o->verify,
                     "Check every byte: against --verify-file, else the server's CRC32C");
   command->add_option("--verify-file", o->verify_file, "Local copy of the (single) --file");
+  command->add_option("--hedge-after", raw.hedge_after,
+                      "Unary mode: also send a read to a second replica once it has waited past "
+                      "this percentile of its server's recent latencies (or all servers', if "
+                      "lower), e.g. p95; the first answer wins (default: off)");
+  command
+      ->add_option("--hedge-max-share", o->hedge_max_share, "Hedge at most this share of the reads")
+      ->capture_default_str();
   command->add_option("--output", raw.output, "text or json")->capture_default_str();
   command->add_option("--report", raw.report,
                       "Also write the run as a self-contained HTML page (charts) to this file");
@@ -90,6 +101,18 @@ absl::Status LoadCommandLine::Finish() {
     return absl::InvalidArgumentError(absl::StrCat("--output: '", raw.output, "' (text or json)"));
   }
   o->json = raw.output == "json";
+  if (!raw.hedge_after.empty()) {
+    const std::string& text = raw.hedge_after;
+    try {
+      size_t used = 0;
+      if (text.size() < 2 || (text[0] != 'p' && text[0] != 'P')) throw std::invalid_argument(text);
+      o->hedge_after_percentile = std::stod(text.substr(1), &used);
+      if (used != text.size() - 1) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hedge-after: '", text, "' is not a percentile such as p95"));
+    }
+  }
   return ValidateLoadOptions(*o);
 }
 

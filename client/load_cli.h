@@ -21,7 +21,8 @@ struct LoadCommandLine {
   std::string runtime = "10";
   std::string ramp = "0";
   std::string output = "text";
-  std::string report;  // --report=FILE.html: also write the run as an HTML page there
+  std::string report;       // --report=FILE.html: also write the run as an HTML page there
+  std::string hedge_after;  // --hedge-after=p95
 
   void AddTo(CLI::App* command);
   // Units, --rw/--mode/--output words, then ValidateLoadOptions; errors name the option.
