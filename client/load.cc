@@ -462,6 +462,7 @@ void StreamThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>
     v1::BlockRead::Stub* stub;
     std::unique_ptr<AsyncReadStream> stream;  // null while its server is backed off
     int depth;                                // its share of --qd
+    int batch;                                // reads per message: --batch, at most `depth`
     std::map<uint64_t, Pending> pending;      // by tag
   };
   const LoadOptions& o = run.options;
@@ -473,12 +474,15 @@ void StreamThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>
   std::vector<Lane> lanes;
   std::map<AsyncReadStream*, Lane*> lane_of;
   const int servers = static_cast<int>(stubs.size());
-  lanes.reserve(static_cast<size_t>(settings.streams) * servers);
+  // --qd is the thread's reads in flight whatever the number of servers: split over all its
+  // streams, the first taking the remainder (every stream at least one, so every server is read).
+  const int streams = settings.streams * servers;
+  lanes.reserve(static_cast<size_t>(streams));
   for (int s = 0; s < servers; ++s) {
     for (int l = 0; l < settings.streams; ++l) {
-      // The first streams take the remainder of --qd.
-      const int depth = o.queue_depth / settings.streams + (l < o.queue_depth % settings.streams);
-      lanes.push_back({s, stubs[s][l], nullptr, depth, {}});
+      const int i = s * settings.streams + l;
+      const int depth = std::max(1, o.queue_depth / streams + (i < o.queue_depth % streams));
+      lanes.push_back({s, stubs[s][l], nullptr, depth, std::min(settings.batch, depth), {}});
     }
   }
   const auto open = [&](Lane& lane) {
@@ -513,10 +517,10 @@ void StreamThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>
       return 0;
     }
     if (!lane.stream->CanWrite()) return 0;
-    if (static_cast<int>(lane.pending.size()) + settings.batch > lane.depth) return 0;
+    if (static_cast<int>(lane.pending.size()) + lane.batch > lane.depth) return 0;
     uint64_t wait_ns = 0;
     v1::ReadBlocksRequest request;
-    for (auto it = waiting.begin(); it != waiting.end() && request.reads_size() < settings.batch;) {
+    for (auto it = waiting.begin(); it != waiting.end() && request.reads_size() < lane.batch;) {
       if (!run.files[it->file].HeldBy(lane.server) || (it->tried & ServerBit(lane.server)) != 0) {
         ++it;
         continue;
@@ -525,8 +529,8 @@ void StreamThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>
       it = waiting.erase(it);
       request.add_reads()->set_tag(next_tag++);
     }
-    while (request.reads_size() < settings.batch &&
-           static_cast<int>(waiting.size()) < o.queue_depth && (wait_ns = pacer.Wait()) == 0) {
+    while (request.reads_size() < lane.batch && static_cast<int>(waiting.size()) < o.queue_depth &&
+           (wait_ns = pacer.Wait()) == 0) {
       Pending p{0, 0, MonotonicNowNs()};
       picker.Next(&p.file, &p.offset);
       if (!run.files[p.file].HeldBy(lane.server)) {
