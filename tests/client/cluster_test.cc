@@ -64,6 +64,16 @@ class ClusterTest : public ::testing::Test {
     return server.ok() ? *std::move(server) : nullptr;
   }
 
+  // Servers 0 .. count-1, and their addresses.
+  void StartServers(int count, std::vector<std::unique_ptr<ServerProcess>>* servers,
+                    std::vector<std::string>* addresses) {
+    for (int i = 0; i < count; ++i) {
+      servers->push_back(StartServer(i));
+      ASSERT_NE(servers->back(), nullptr);
+      addresses->push_back(servers->back()->target());
+    }
+  }
+
   // Readers of random 4 KiB blocks of "shared" on `threads` threads until Stop().
   void StartReaders(ClusterClient& cluster, int threads) {
     start_ = Clock::now();
@@ -143,11 +153,7 @@ TEST_F(ClusterTest, TargetsResolveToEveryServerOnce) {
 TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedAgainWhenBack) {
   std::vector<std::unique_ptr<ServerProcess>> servers;
   std::vector<std::string> addresses;
-  for (int i = 0; i < 4; ++i) {
-    servers.push_back(StartServer(i));
-    ASSERT_NE(servers.back(), nullptr);
-    addresses.push_back(servers.back()->target());
-  }
+  ASSERT_NO_FATAL_FAILURE(StartServers(4, &servers, &addresses));
   const std::string targets = absl::StrJoin(addresses, ",");
   ClusterOptions options;
   options.backoff.max = std::chrono::milliseconds(2000);  // the test waits for the return
@@ -232,11 +238,7 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
 TEST_F(ClusterTest, LoadRidesThroughAServerKilledAndRestartedMidRun) {
   std::vector<std::unique_ptr<ServerProcess>> servers;
   std::vector<std::string> addresses;
-  for (int i = 0; i < 4; ++i) {
-    servers.push_back(StartServer(i));
-    ASSERT_NE(servers.back(), nullptr);
-    addresses.push_back(servers.back()->target());
-  }
+  ASSERT_NO_FATAL_FAILURE(StartServers(4, &servers, &addresses));
   const std::string targets = absl::StrJoin(addresses, ",");
   for (const std::string mode : {"stream", "unary"}) {
     ProcessExit load;
