@@ -40,7 +40,11 @@ class AsyncReadStream {
   // `*response` and the next read is posted.
   Event OnCompletion(void* tag, bool ok, v1::ReadBlocksResponse* response);
 
-  bool CanWrite() const { return started_ && !writing_ && !close_requested_ && !broken_; }
+  // Not once the stream is ending (its reads are done, Finish is or will be pending): a write
+  // then could complete after kEnded, when the owner has already let go of the stream.
+  bool CanWrite() const {
+    return started_ && !writing_ && !close_requested_ && !broken_ && !read_done_;
+  }
   // Sends `request`, which is moved in (it must live until the write completes).
   // REQUIRES: CanWrite().
   void Write(v1::ReadBlocksRequest&& request);

@@ -74,6 +74,19 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
+  // Readers stop, then the cluster client goes, also when a test ends early: the locals of a
+  // test body are gone before TearDown, so the readers' client is the fixture's.
+  void TearDown() override {
+    StopReaders();
+    cluster_.reset();
+  }
+  // The fixture's cluster client over `targets`.
+  void ConnectCluster(const std::string& targets, const ClusterOptions& options) {
+    auto cluster = ClusterClient::Connect(targets, options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
   // Readers of random 4 KiB blocks of "shared" on `threads` threads until Stop().
   void StartReaders(ClusterClient& cluster, int threads) {
     start_ = Clock::now();
@@ -122,6 +135,7 @@ class ClusterTest : public ::testing::Test {
   TempDir dir_;
   std::vector<char> shared_;
   std::vector<std::vector<char>> own_;
+  std::unique_ptr<ClusterClient> cluster_;
   std::vector<std::thread> readers_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ok_{0}, wrong_{0}, failed_{0};
@@ -157,11 +171,10 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   const std::string targets = absl::StrJoin(addresses, ",");
   ClusterOptions options;
   options.backoff.max = std::chrono::milliseconds(2000);  // the test waits for the return
-  auto cluster = ClusterClient::Connect(targets, options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster(targets, options));
 
   // One namespace: the shared file on all four, each own file on its server.
-  auto listed = (*cluster)->List();
+  auto listed = cluster_->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 5u);
   for (const ClusterClient::ListedFile& file : *listed) {
@@ -178,12 +191,12 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   EXPECT_NE(ls.output.find(targets), std::string::npos) << "ls shows the shared file's servers:\n"
                                                         << ls.output;
   for (int i = 0; i < 4; ++i) {
-    auto own = (*cluster)->Read(absl::StrCat("own", i), 8192, 4096, {});
+    auto own = cluster_->Read(absl::StrCat("own", i), 8192, 4096, {});
     ASSERT_TRUE(own.ok()) << own.status();
     EXPECT_EQ(own->data(), std::string(own_[i].data() + 8192, 4096));
   }
 
-  StartReaders(**cluster, 4);
+  StartReaders(*cluster_, 4);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int port = servers[2]->port();
   const double killed_at_ms =
@@ -194,7 +207,7 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   std::this_thread::sleep_for(std::chrono::seconds(2));
 
   // Its own file: nobody else has it.
-  auto gone = (*cluster)->Read("own2", 0, 4096, {});
+  auto gone = cluster_->Read("own2", 0, 4096, {});
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
   EXPECT_NE(gone.status().message().find("file 'own2'"), std::string::npos) << gone.status();
   const ProcessExit cli = RunToExit({CliBinary(), "--target=" + targets, "read", "own2", "0", "4k"},
@@ -208,7 +221,7 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   const auto until = Clock::now() + std::chrono::seconds(20);
   absl::StatusOr<v1::ReadBlockResponse> back = absl::UnknownError("not tried");
   while (Clock::now() < until) {
-    back = (*cluster)->Read("own2", 4096, 4096, {});
+    back = cluster_->Read("own2", 4096, 4096, {});
     if (back.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -228,7 +241,7 @@ TEST_F(ClusterTest, AServerKilledUnderLoadCostsNoReadOfAReplicatedFileAndIsUsedA
   EXPECT_EQ(failed_.load(), 0u) << first_failure_;
   EXPECT_EQ(wrong_.load(), 0u);
   EXPECT_GE(served_after_restart, 100u) << "reads did not go back to the restarted server";
-  cluster->reset();  // its streams end, so the servers need not wait for them
+  cluster_.reset();  // its streams end, so the servers need not wait for them
   for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
 }
 
@@ -337,9 +350,8 @@ TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
   std::ofstream(target_file) << servers[0]->target() << "\n" << servers[1]->target() << "\n";
   ClusterOptions options;
   options.resolve_interval = std::chrono::milliseconds(1000);
-  auto cluster = ClusterClient::Connect("@" + target_file, options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  StartReaders(**cluster, 2);
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster("@" + target_file, options));
+  StartReaders(*cluster_, 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
   servers.push_back(StartServer(2));
@@ -368,7 +380,7 @@ TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
   EXPECT_GE(served, 100u) << "the added server got no reads within 15 s";
   EXPECT_EQ(failed_.load(), 0u) << first_failure_;
   EXPECT_EQ(wrong_.load(), 0u);
-  cluster->reset();
+  cluster_.reset();
   for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
 }
 
