@@ -364,7 +364,8 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
           if (next_ns == 0 || due - now < next_ns) next_ns = due - now;
           break;
         }
-        if (static_cast<double>(hedges) < o.hedge_max_share * static_cast<double>(reads_started) &&
+        if (static_cast<double>(hedges + 1) <=
+                o.hedge_max_share * static_cast<double>(reads_started) &&
             send(flight, ServerBit(flight->first_server), /*hedge=*/true)) {
           flight->hedged = true;
           ++hedges;
