@@ -271,6 +271,7 @@ int Main(int argc, char** argv) {
         SourceName(info->source()).c_str());
     for (const std::string& d : info->devices()) printf(" %s", d.c_str());
     printf("\n");
+    if (!info->version().empty()) printf("version:     %s\n", info->version().c_str());
     if (!info->route_note().empty()) printf("why:         %s\n", info->route_note().c_str());
     return 0;
   }
@@ -287,6 +288,7 @@ int Main(int argc, char** argv) {
                        {"block_size", f.block_size()},
                        {"extents", f.extent_count()},
                        {"source", SourceName(f.source())},
+                       {"version", f.version()},
                        {"servers", listed.servers}});
       }
       printf("%s\n", out.dump(2).c_str());

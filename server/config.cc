@@ -38,6 +38,11 @@ ABSL_FLAG(std::optional<std::string>, manifest, std::nullopt,
           "written straight to raw devices.");
 ABSL_FLAG(std::optional<std::vector<std::string>>, device, std::nullopt,
           "Comma-separated NAME=PATH: a whole block device or regular file served as file NAME.");
+ABSL_FLAG(std::optional<std::vector<std::string>>, file_version, std::nullopt,
+          "Comma-separated NAME=VERSION: the content version of served file NAME, reported to "
+          "clients (overrides a manifest's); NAME * gives every file without one a version. "
+          "Clients use files of one name on several servers as replicas only when sizes and "
+          "versions agree.");
 ABSL_FLAG(std::optional<std::string>, cpus, std::nullopt,
           "CPUs for the workers, one pinned worker each, e.g. 0-3,6 (default: every CPU in the "
           "process's affinity mask, so a container's cpuset just works).");
@@ -165,6 +170,18 @@ std::vector<int> AffinityCpus() {
   return cpus;
 }
 
+// Every spec is NAME=VALUE with both sides non-empty.
+absl::Status CheckNamePairs(absl::string_view flag, absl::string_view form,
+                            const google::protobuf::RepeatedPtrField<std::string>& specs) {
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", spec, "' is not ", form));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
@@ -239,11 +256,14 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
         absl::StrCat("--health-listen: '", config.health_listen(), "' is not ADDR:PORT"));
   }
   if (absl::Status exposure = CheckExposure(config); !exposure.ok()) return exposure;
-  for (const std::string& spec : config.device()) {
-    const size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--device: '", spec, "' is not NAME=PATH"));
-    }
+  if (absl::Status devices = CheckNamePairs("--device", "NAME=PATH", config.device());
+      !devices.ok()) {
+    return devices;
+  }
+  if (absl::Status versions =
+          CheckNamePairs("--file-version", "NAME=VERSION", config.file_version());
+      !versions.ok()) {
+    return versions;
   }
   if (absl::Status cpus = ParseCpuList(config.cpus()).status(); !cpus.ok()) return cpus;
   if (absl::Status engine = EngineConfigFrom(config).Validate(); !engine.ok()) return engine;
@@ -300,6 +320,10 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_device)) {
     config.clear_device();
     for (const std::string& d : *v) config.add_device(d);
+  }
+  if (auto v = absl::GetFlag(FLAGS_file_version)) {
+    config.clear_file_version();
+    for (const std::string& d : *v) config.add_file_version(d);
   }
   if (auto v = absl::GetFlag(FLAGS_cpus)) config.set_cpus(*v);
   if (auto v = absl::GetFlag(FLAGS_simple_max_bytes)) config.set_simple_max_bytes(*v);

@@ -218,6 +218,7 @@ v1::FileInfo DescribeFile(const storage::Catalog& catalog, const storage::FileMa
   info.set_extent_count(map.extents().size());
   info.set_source(ToProto(map.source()));
   info.set_route_note(catalog.RouteNote(map.name()));
+  info.set_version(catalog.DeclaredVersion(map.name()));
   std::set<storage::DeviceId> devices;
   for (const storage::Extent& e : map.extents()) {
     if (e.device != storage::kNoDevice) devices.insert(e.device);

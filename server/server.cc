@@ -39,7 +39,20 @@ absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catal
     if (!added.ok()) return added.status();
   }
   if (config.device().empty() && config.manifest().empty() && config.serve_files().empty()) {
-    return AddDemoData(config.data_dir(), catalog);
+    if (absl::Status demo = AddDemoData(config.data_dir(), catalog); !demo.ok()) return demo;
+  }
+  // Named versions first, so that "*" gives the rest theirs.
+  for (bool wildcard : {false, true}) {
+    for (const std::string& spec : config.file_version()) {
+      const size_t eq = spec.find('=');
+      const std::string name = spec.substr(0, eq);
+      if ((name == "*") != wildcard) continue;
+      if (absl::Status declared = catalog.DeclareVersion(name, spec.substr(eq + 1));
+          !declared.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--file-version: '", spec, "': no served file is named '", name, "'"));
+      }
+    }
   }
   return absl::OkStatus();
 }

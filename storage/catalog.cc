@@ -136,6 +136,7 @@ constexpr uint32_t kContentWatch = kContentEvents | IN_ONLYDIR;
 
 struct Catalog::FileEntry {
   std::string name;
+  std::string declared_version;  // set during setup only
   // What the name serves: the read path loads it with acquire; only Publish() stores it.
   std::atomic<const FileVersion*> current{nullptr};
   std::unique_ptr<const FileVersion> owned;  // replaced under versions_mu_
@@ -858,6 +859,25 @@ absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) const {
   const FileVersion& version = *it->second->owned;
   if (version.map) return version.map;
   return version.unavailable;
+}
+
+absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {
+  if (name == "*") {
+    for (auto& [file_name, entry] : files_) {
+      if (entry->declared_version.empty()) entry->declared_version = version;
+    }
+    return absl::OkStatus();
+  }
+  auto it = files_.find(name);
+  if (it == files_.end()) return UnknownFileError(name);
+  it->second->declared_version = std::move(version);
+  return absl::OkStatus();
+}
+
+const std::string& Catalog::DeclaredVersion(absl::string_view name) const {
+  static const std::string kNone;
+  auto it = files_.find(name);
+  return it == files_.end() ? kNone : it->second->declared_version;
 }
 
 std::string Catalog::RouteNote(absl::string_view name) const {

@@ -106,6 +106,11 @@ class Catalog {
   // cannot be exact, through the file itself; the route and its reason are logged.
   absl::Status ImportFile(std::string name, std::string path);
 
+  // Declares the content version of served file `name` (reported to clients, who use files of
+  // one name on several servers as replicas only when sizes and versions agree). NOT_FOUND when
+  // no file is named `name`; `name` "*" gives every file without a version this one.
+  absl::Status DeclareVersion(absl::string_view name, std::string version);
+
   // Imports `path`: a regular file is served as its base name; a directory's regular files
   // (recursively, symlinks not followed) as their path relative to it, opened beneath it. Returns
   // how many files were added; fails if none.
@@ -126,6 +131,8 @@ class Catalog {
   // The current map of `name`, kept alive by the returned reference (for StatFile, tools and
   // tests; takes a lock). NOT_FOUND for unknown or removed names.
   absl::StatusOr<FileMapRef> Resolve(absl::string_view name) const;
+  // The version DeclareVersion() gave `name`; empty if none (or unknown).
+  const std::string& DeclaredVersion(absl::string_view name) const;
   // Why `name` is read through the file itself now; empty if it is not (or is unknown).
   std::string RouteNote(absl::string_view name) const;
   RouteCounts route_counts() const;

@@ -198,8 +198,16 @@ absl::Status LoadManifestText(const std::string& text, const std::string& manife
     auto id = catalog.AddDevice(std::move(device));
     if (!id.ok()) return id.status();
   }
-  for (FileMap& map : maps) {
-    if (absl::Status added = catalog.AddStaticFile(std::move(map)); !added.ok()) return added;
+  for (size_t f = 0; f < maps.size(); ++f) {  // maps[f] is manifest.file(f)
+    if (absl::Status added = catalog.AddStaticFile(std::move(maps[f])); !added.ok()) return added;
+    const std::string& version = manifest.file(static_cast<int>(f)).version();
+    if (!version.empty()) {
+      if (absl::Status declared =
+              catalog.DeclareVersion(manifest.file(static_cast<int>(f)).name(), version);
+          !declared.ok()) {
+        return declared;
+      }
+    }
   }
   return absl::OkStatus();
 }

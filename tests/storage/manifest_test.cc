@@ -62,10 +62,12 @@ file {
   extent { logical_offset: 12288 length: 4096 type: UNWRITTEN device: "d0" physical_offset: 0 }
   extent { logical_offset: 16384 length: 4096 device: "d0" physical_offset: 4096 }
 }
-file { name: "empty" size: 0 }
+file { name: "empty" size: 0 version: "2026-12-01" }
 )")
                   .ok());
   EXPECT_EQ(catalog_.FileNames(), (std::vector<std::string>{"a", "empty"}));
+  EXPECT_EQ(catalog_.DeclaredVersion("empty"), "2026-12-01");
+  EXPECT_EQ(catalog_.DeclaredVersion("a"), "") << "no version unless declared";
   auto map = catalog_.Resolve("a");
   ASSERT_TRUE(map.ok()) << map.status();
   EXPECT_EQ((*map)->source(), FileSource::kManifest);

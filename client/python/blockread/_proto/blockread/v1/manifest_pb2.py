@@ -13,21 +13,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62lockread/v1/manifest.proto\x12\x0c\x62lockread.v1\"b\n\x08Manifest\x12,\n\x06\x64\x65vice\x18\x01 \x03(\x0b\x32\x1c.blockread.v1.ManifestDevice\x12(\n\x04\x66ile\x18\x02 \x03(\x0b\x32\x1a.blockread.v1.ManifestFile\",\n\x0eManifestDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"X\n\x0cManifestFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12,\n\x06\x65xtent\x18\x03 \x03(\x0b\x32\x1c.blockread.v1.ManifestExtent\"\x89\x01\n\x0eManifestExtent\x12\x16\n\x0elogical_offset\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12&\n\x04type\x18\x03 \x01(\x0e\x32\x18.blockread.v1.ExtentType\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x17\n\x0fphysical_offset\x18\x05 \x01(\x04*N\n\nExtentType\x12\x1b\n\x17\x45XTENT_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06MAPPED\x10\x01\x12\x08\n\x04HOLE\x10\x02\x12\r\n\tUNWRITTEN\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62lockread/v1/manifest.proto\x12\x0c\x62lockread.v1\"b\n\x08Manifest\x12,\n\x06\x64\x65vice\x18\x01 \x03(\x0b\x32\x1c.blockread.v1.ManifestDevice\x12(\n\x04\x66ile\x18\x02 \x03(\x0b\x32\x1a.blockread.v1.ManifestFile\",\n\x0eManifestDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"i\n\x0cManifestFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12,\n\x06\x65xtent\x18\x03 \x03(\x0b\x32\x1c.blockread.v1.ManifestExtent\x12\x0f\n\x07version\x18\x04 \x01(\t\"\x89\x01\n\x0eManifestExtent\x12\x16\n\x0elogical_offset\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12&\n\x04type\x18\x03 \x01(\x0e\x32\x18.blockread.v1.ExtentType\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x17\n\x0fphysical_offset\x18\x05 \x01(\x04*N\n\nExtentType\x12\x1b\n\x17\x45XTENT_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06MAPPED\x10\x01\x12\x08\n\x04HOLE\x10\x02\x12\r\n\tUNWRITTEN\x10\x03\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'blockread._proto.blockread.v1.manifest_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _EXTENTTYPE._serialized_start=421
-  _EXTENTTYPE._serialized_end=499
+  _EXTENTTYPE._serialized_start=438
+  _EXTENTTYPE._serialized_end=516
   _MANIFEST._serialized_start=45
   _MANIFEST._serialized_end=143
   _MANIFESTDEVICE._serialized_start=145
   _MANIFESTDEVICE._serialized_end=189
   _MANIFESTFILE._serialized_start=191
-  _MANIFESTFILE._serialized_end=279
-  _MANIFESTEXTENT._serialized_start=282
-  _MANIFESTEXTENT._serialized_end=419
+  _MANIFESTFILE._serialized_end=296
+  _MANIFESTEXTENT._serialized_start=299
+  _MANIFESTEXTENT._serialized_end=436
 # @@protoc_insertion_point(module_scope)
