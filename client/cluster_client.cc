@@ -193,26 +193,29 @@ void ClusterClient::Refresh() {
       }
     }
   }
-  // The table: for each name, the largest group of servers that agree on its size.
+  // The table: for each name, the largest group of servers that agree on its size and declared
+  // version (README "Scale-out": the replica rule).
+  using Content = std::pair<uint64_t, std::string>;  // size, version
   std::map<std::string, std::vector<std::shared_ptr<Server>>> replicas;
   std::map<std::string, v1::FileInfo> infos;
-  std::map<std::string, std::map<uint64_t, std::vector<std::shared_ptr<Server>>>> by_size;
-  std::map<std::pair<std::string, uint64_t>, v1::FileInfo> info_by_size;
+  std::map<std::string, std::map<Content, std::vector<std::shared_ptr<Server>>>> by_content;
+  std::map<std::pair<std::string, Content>, v1::FileInfo> info_by_content;
   bool any_listed = false;
   {
     std::lock_guard lock(mu_);
     for (const auto& server : servers) {
       any_listed |= server->listed;
       for (const v1::FileInfo& info : server->files) {
-        by_size[info.name()][info.size()].push_back(server);
-        info_by_size.emplace(std::make_pair(info.name(), info.size()), info);
+        const Content content{info.size(), info.version()};
+        by_content[info.name()][content].push_back(server);
+        info_by_content.emplace(std::make_pair(info.name(), content), info);
       }
     }
   }
-  for (auto& [name, groups] : by_size) {
+  for (auto& [name, groups] : by_content) {
     const std::vector<std::shared_ptr<Server>>* best = nullptr;
-    uint64_t best_size = 0;
-    for (const auto& [size, group] : groups) {
+    Content best_content;
+    for (const auto& [content, group] : groups) {
       // Ties go to the group whose first server comes first in target order.
       const auto position = [&](const std::shared_ptr<Server>& s) {
         return std::find(servers.begin(), servers.end(), s) - servers.begin();
@@ -220,11 +223,11 @@ void ClusterClient::Refresh() {
       if (best == nullptr || group.size() > best->size() ||
           (group.size() == best->size() && position(group[0]) < position((*best)[0]))) {
         best = &group;
-        best_size = size;
+        best_content = content;
       }
     }
     replicas[name] = *best;
-    infos[name] = info_by_size[{name, best_size}];
+    infos[name] = info_by_content[{name, best_content}];
   }
   std::lock_guard lock(mu_);
   servers_ = std::move(servers);
@@ -253,7 +256,7 @@ std::shared_ptr<ClusterClient::Server> ClusterClient::Choose(const std::string& 
     }
   }
   if (candidates.empty()) return nullptr;
-  return *candidates[LeastOutstandingOfTwo(
+  return *candidates[LeastLoadedOfTwo(
       candidates.size(), [&](size_t i) -> ServerHealth& { return (*candidates[i])->health; },
       rng_)];
 }
@@ -304,9 +307,12 @@ absl::StatusOr<Result> ClusterClient::Route(
           servers_.size(), " could not be asked (", absl::StrJoin(unlisted, ", "), ")"));
     }
     server->health.outstanding.fetch_add(1, std::memory_order_relaxed);
+    const auto sent = Clock::now();
     absl::StatusOr<Result> result = attempt(*server->client);
     server->health.outstanding.fetch_sub(1, std::memory_order_relaxed);
     if (result.ok()) {
+      const auto answered = Clock::now();
+      server->health.Answered(answered - sent, answered);
       server->health.Succeeded();
       return result;
     }

@@ -2,17 +2,19 @@
 // server, learns from each server's ListFiles which servers hold which file, and sends every call
 // straight to one of them.
 //
-// Replicas: servers whose files have the same name and size. When servers disagree about a name
-// (different sizes), the largest group of agreeing servers holds it (the first in target order on
-// a tie) and the others are not used for it.
+// Replicas: servers whose files have the same name, size and declared version (FileInfo.version,
+// empty when none is declared). When servers disagree about a name, the largest group of agreeing
+// servers holds it (the first in target order on a tie) and the others are not used for it.
 //
-// Routing: a read goes to one of its file's replicas, chosen by the power of two choices on reads
-// outstanding from this client. On UNAVAILABLE (a lost connection, an unreachable server, or a
-// device of that server gone) it is retried on another replica within the caller's deadline; never
-// on any other error (DATA_LOSS, INVALID_ARGUMENT, OUT_OF_RANGE, PERMISSION_DENIED ... are the
-// answer). A server that failed is backed off (exponentially, with jitter, from 200 ms to 10 s) and
-// tried again by the first read after that; while every replica of a file is backed off its reads
-// fail UNAVAILABLE at once, naming the file, and nothing is sent.
+// Routing: a read goes to one of its file's replicas, chosen by the power of two choices on each
+// one's expected wait: its recent latency (a peak EWMA of this client's reads) times the reads
+// this client has outstanding to it, plus one (client/server_choice.h). On UNAVAILABLE (a lost
+// connection, an unreachable server, or a device of that server gone) it is retried on another
+// replica within the caller's deadline; never on any other error (DATA_LOSS, INVALID_ARGUMENT,
+// OUT_OF_RANGE, PERMISSION_DENIED ... are the answer). A server that failed is backed off
+// (exponentially, with jitter, from 200 ms to 10 s) and tried again by the first read after that;
+// while every replica of a file is backed off its reads fail UNAVAILABLE at once, naming the file,
+// and nothing is sent.
 //
 // Membership: the targets are resolved again every resolve_interval and as soon as a server is
 // lost; the file table is rebuilt then, and when a server answers NOT_FOUND for a file it listed.

@@ -65,9 +65,9 @@ struct FileTarget {
 // servers a read may skip a replica it has not tried).
 uint64_t ServerBit(int server) { return uint64_t{1} << (server % 64); }
 
-// Where reads go: to a replica of their file, by the power of two choices on reads outstanding,
-// never to a server backed off after failing (client/server_choice.h). Shared by the run's
-// threads.
+// Where reads go: to a replica of their file, by the power of two choices on each one's latency
+// and reads outstanding, never to a server backed off after failing (client/server_choice.h).
+// Shared by the run's threads.
 class Router {
  public:
   Router(size_t servers, const BackoffPolicy& backoff) : backoff_(backoff) {
@@ -85,7 +85,7 @@ class Router {
       }
     }
     if (count == 0) return -1;
-    return candidates[LeastOutstandingOfTwo(
+    return candidates[LeastLoadedOfTwo(
         count, [&](size_t i) -> ServerHealth& { return *health_[candidates[i]]; }, rng)];
   }
   // Some replica of `file` could take the read now.
@@ -416,9 +416,17 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
     --in_flight;
     --flight->live;
     (flight->calls[0] == call.get() ? flight->calls[0] : flight->calls[1]) = nullptr;
-    router.health(call->server).outstanding.fetch_sub(1, std::memory_order_relaxed);
-    if (flight->answered) continue;  // the other call answered first; this one was cancelled
+    ServerHealth& health = router.health(call->server);
+    health.outstanding.fetch_sub(1, std::memory_order_relaxed);
     const grpc::StatusCode code = call->status.error_code();
+    const auto answered_at = ServerHealth::Clock::now();
+    const auto took = std::chrono::nanoseconds(MonotonicNowNs() - call->sent_ns);
+    if (flight->answered) {
+      // The other call answered first and this one was cancelled: its server was at least this
+      // slow, which is what the choice of server should learn.
+      health.GaveUpAfter(took, answered_at);
+      continue;
+    }
     if (code == grpc::StatusCode::UNAVAILABLE) {
       // The server could not be reached (or its device went away): another replica, if any,
       // within the run; the read keeps its start time, so the failover shows in its latency. A
@@ -427,11 +435,13 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
       if (flight->live > 0) continue;
       if (running && send(flight, call->tried | ServerBit(call->server), call->hedge)) continue;
     } else {
-      router.health(call->server).Succeeded();
-      if (code == grpc::StatusCode::OK && hedging) {
-        const uint64_t took = MonotonicNowNs() - call->sent_ns;
-        server_latency[call->server].Add(took, o.hedge_after_percentile);
-        all_latency.Add(took, o.hedge_after_percentile);
+      health.Succeeded();
+      if (code == grpc::StatusCode::OK) {
+        health.Answered(took, answered_at);
+        if (hedging) {
+          server_latency[call->server].Add(took.count(), o.hedge_after_percentile);
+          all_latency.Add(took.count(), o.hedge_after_percentile);
+        }
       }
     }
     flight->answered = true;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -55,20 +56,70 @@ class ServerHealth {
   // Reads sent to it and not answered yet, by this client.
   std::atomic<int> outstanding{0};
 
+  // ---- Latency: a peak EWMA of its answers, as Finagle and linkerd keep one ----
+  // A sample above the estimate replaces it at once (a server that turns slow is avoided from
+  // its first slow answer); one below pulls it down by kLatencyWeight. Without answers the
+  // estimate decays toward zero with time constant kLatencyDecay, so a server avoided for being
+  // slow is tried again now and then, and a recovered one wins its share back.
+  static constexpr double kLatencyWeight = 0.1;
+  static constexpr std::chrono::milliseconds kLatencyDecay{500};
+  // Never below this in ExpectedWait: a server nothing is known of yet, or one decayed to
+  // nothing, still costs more the more reads it holds (so one that stopped answering is not
+  // handed every read).
+  static constexpr std::chrono::microseconds kLatencyFloor{50};
+
+  // It answered a read sent `took` ago. Concurrent calls may lose one another's sample (a load
+  // and a store, not a read-modify-write): the estimate is a hint.
+  void Answered(Clock::duration took, Clock::time_point now) {
+    const double sample = static_cast<double>(took.count());
+    const double current = LatencyNs(now);
+    const double next = sample >= current ? sample : current + (sample - current) * kLatencyWeight;
+    latency_ns_.store(next, std::memory_order_relaxed);
+    sampled_at_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  // A read sent `took` ago was given up (cancelled: another server answered first): it would
+  // have taken at least that long, so it may raise the estimate, never lower it.
+  void GaveUpAfter(Clock::duration took, Clock::time_point now) {
+    if (static_cast<double>(took.count()) > LatencyNs(now)) Answered(took, now);
+  }
+  // The estimate at `now`, in nanoseconds (0: nothing known).
+  double LatencyNs(Clock::time_point now) const {
+    const double latency = latency_ns_.load(std::memory_order_relaxed);
+    if (latency == 0) return 0;
+    const double idle_ns = static_cast<double>(now.time_since_epoch().count() -
+                                               sampled_at_ns_.load(std::memory_order_relaxed));
+    if (idle_ns <= 0) return latency;
+    return latency * std::exp(-idle_ns / std::chrono::nanoseconds(kLatencyDecay).count());
+  }
+  // How long a read sent now would take: the latency estimate for each read it holds and this
+  // one.
+  double ExpectedWaitNs(Clock::time_point now) const {
+    const double latency = std::max(
+        LatencyNs(now), static_cast<double>(std::chrono::nanoseconds(kLatencyFloor).count()));
+    return latency * (outstanding.load(std::memory_order_relaxed) + 1);
+  }
+
  private:
   std::atomic<int> failures_{0};
   std::atomic<int64_t> retry_at_ns_{0};
+  std::atomic<double> latency_ns_{0};
+  std::atomic<int64_t> sampled_at_ns_{0};
 };
 
-// The power of two choices: two distinct candidates at random, the one with fewer reads
-// outstanding. `count` candidates, `health(i)` the i-th one's ServerHealth. REQUIRES: count > 0.
+// The power of two choices: two distinct candidates at random, the one whose read would be
+// answered first by its latency and the reads it holds (ServerHealth::ExpectedWaitNs), fewer
+// reads outstanding on a tie. `count` candidates, `health(i)` the i-th one's ServerHealth.
+// REQUIRES: count > 0.
 template <typename HealthOf, typename Rng>
-size_t LeastOutstandingOfTwo(size_t count, HealthOf health, Rng& rng) {
+size_t LeastLoadedOfTwo(size_t count, HealthOf health, Rng& rng) {
   if (count == 1) return 0;
   std::uniform_int_distribution<size_t> pick(0, count - 1);
   const size_t a = pick(rng);
   size_t b = pick(rng);
   if (b == a) b = (a + 1) % count;
+  const auto now = ServerHealth::Clock::now();
+  const double wait_a = health(a).ExpectedWaitNs(now), wait_b = health(b).ExpectedWaitNs(now);
+  if (wait_a != wait_b) return wait_a < wait_b ? a : b;
   return health(a).outstanding.load(std::memory_order_relaxed) <=
                  health(b).outstanding.load(std::memory_order_relaxed)
              ? a

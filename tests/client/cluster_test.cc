@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cluster_client.h"
+#include "client/server_choice.h"
 #include "gtest/gtest.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/nbd_device.h"
@@ -26,9 +28,12 @@
 namespace blockread::testing {
 namespace {
 
+using client::BackoffPolicy;
 using client::BlockReadClient;
 using client::ClusterClient;
 using client::ClusterOptions;
+using client::LeastLoadedOfTwo;
+using client::ServerHealth;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kImageBytes = 4 << 20;
@@ -40,6 +45,70 @@ uint64_t ReadsServed(const std::string& target) {
   uint64_t reads = 0;
   for (const v1::PathStats& path : stats->paths()) reads += path.reads();
   return reads;
+}
+
+// ---- How a replica is chosen (client/server_choice.h), on the clock given ----
+
+TEST(ServerChoiceTest, AFailedServerIsBackedOffUntilItAnswers) {
+  ServerHealth health;
+  BackoffPolicy policy;
+  std::mt19937_64 rng(1);
+  const auto now = ServerHealth::Clock::now();
+  health.Failed(policy, rng);
+  EXPECT_FALSE(health.Available(ServerHealth::Clock::now()));
+  EXPECT_GE(health.retry_at(), now + policy.initial / 2);
+  health.Failed(policy, rng);  // while backed off: the same failure, not another
+  EXPECT_EQ(health.failures(), 1);
+  health.Succeeded();
+  EXPECT_TRUE(health.Available(ServerHealth::Clock::now()));
+  EXPECT_EQ(health.failures(), 0);
+}
+
+TEST(ServerChoiceTest, LatencyRisesAtOnceFallsGraduallyAndDecaysWithoutAnswers) {
+  using std::chrono::milliseconds;
+  ServerHealth health;
+  const auto t0 = ServerHealth::Clock::now();
+  EXPECT_EQ(health.LatencyNs(t0), 0);
+  health.Answered(milliseconds(1), t0);
+  EXPECT_DOUBLE_EQ(health.LatencyNs(t0), 1e6);
+  health.Answered(milliseconds(20), t0);  // a slow answer counts at once
+  EXPECT_DOUBLE_EQ(health.LatencyNs(t0), 20e6);
+  health.Answered(milliseconds(0), t0);  // a fast one pulls it down by the weight
+  EXPECT_DOUBLE_EQ(health.LatencyNs(t0), 20e6 * (1 - ServerHealth::kLatencyWeight));
+  health.GaveUpAfter(milliseconds(1), t0);  // a cancelled read only says "at least"
+  EXPECT_DOUBLE_EQ(health.LatencyNs(t0), 20e6 * (1 - ServerHealth::kLatencyWeight));
+  const double before = health.LatencyNs(t0);
+  EXPECT_NEAR(health.LatencyNs(t0 + ServerHealth::kLatencyDecay), before / std::exp(1.0), 1);
+  EXPECT_LT(health.LatencyNs(t0 + 10 * ServerHealth::kLatencyDecay), 1e3);
+}
+
+TEST(ServerChoiceTest, TwoChoicesPickTheShorterExpectedWait) {
+  using std::chrono::microseconds;
+  std::mt19937_64 rng(1);
+  ServerHealth servers[2];
+  const auto pick = [&] {
+    return LeastLoadedOfTwo(
+        2, [&](size_t i) -> ServerHealth& { return servers[i]; }, rng);
+  };
+  // Nothing known of either: fewer outstanding wins.
+  servers[0].outstanding = 3;
+  servers[1].outstanding = 1;
+  EXPECT_EQ(pick(), 1u);
+  // Server 1 answers in 20 ms, server 0 in 200 us: server 0 even with 8 reads outstanding.
+  const auto now = ServerHealth::Clock::now();
+  servers[0].Answered(microseconds(200), now);
+  servers[1].Answered(microseconds(20000), now);
+  servers[0].outstanding = 8;
+  servers[1].outstanding = 0;
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(pick(), 0u);
+  // The floor: a server that stopped answering (no latency known) is not handed every read.
+  ServerHealth silent, answering;
+  silent.outstanding = 100;
+  answering.Answered(microseconds(100), ServerHealth::Clock::now());
+  ServerHealth* pair[2] = {&silent, &answering};
+  EXPECT_EQ(LeastLoadedOfTwo(
+                2, [&](size_t i) -> ServerHealth& { return *pair[i]; }, rng),
+            1u);
 }
 
 class ClusterTest : public ::testing::Test {
@@ -313,7 +382,9 @@ TEST_F(ClusterTest, HedgingTakesASlowReplicaOutOfTheTail) {
   ASSERT_TRUE(slow.ok()) << slow.status();
   const std::string targets = fast->target() + "," + (*slow)->target();
   nlohmann::json runs[2];
+  double slow_share[2] = {0, 0};  // of the reads issued, those the slow replica served
   for (int hedged = 0; hedged < 2; ++hedged) {
+    const uint64_t slow_before = ReadsServed((*slow)->target());
     std::vector<std::string> args = {
         CliBinary(),     "load",     "--target=" + targets,
         "--file=shared", "--verify", "--verify-file=" + dir_.path() + "/shared.img",
@@ -325,13 +396,17 @@ TEST_F(ClusterTest, HedgingTakesASlowReplicaOutOfTheTail) {
     runs[hedged] = nlohmann::json::parse(load.output.substr(load.output.find('{')), nullptr, false);
     ASSERT_FALSE(runs[hedged].is_discarded()) << load.output;
     EXPECT_TRUE(runs[hedged]["errors"].empty()) << runs[hedged]["errors"].dump();
+    slow_share[hedged] = static_cast<double>(ReadsServed((*slow)->target()) - slow_before) /
+                         runs[hedged]["issued"].get<double>();
   }
   const auto p99_us = [](const nlohmann::json& run) { return run["lat_us"]["p99"].get<double>(); };
   const double share = runs[1]["hedged"].get<double>() / runs[1]["issued"].get<double>();
   std::printf(
-      "cluster: two replicas, one 20 ms slower a read: unary QD8 p99 %.0f us without hedging, "
-      "%.0f us with --hedge-after=p95 (%.2f%% of reads hedged, %lu answered first)\n",
-      p99_us(runs[0]), p99_us(runs[1]), share * 100, runs[1]["hedges_won"].get<uint64_t>());
+      "cluster: two replicas, one 20 ms slower a read: unary QD8 p99 %.0f us without hedging "
+      "(slow replica served %.2f%% of reads), %.0f us with --hedge-after=p95 (%.2f%%; %.2f%% of "
+      "reads hedged, %lu answered first)\n",
+      p99_us(runs[0]), slow_share[0] * 100, p99_us(runs[1]), slow_share[1] * 100, share * 100,
+      runs[1]["hedges_won"].get<uint64_t>());
   std::fflush(stdout);
   EXPECT_GT(runs[1]["hedged"].get<uint64_t>(), 0u);
   EXPECT_LE(share, 0.05 + 1e-9) << "hedges past the 5% budget";
@@ -382,6 +457,58 @@ TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
   EXPECT_EQ(wrong_.load(), 0u);
   cluster_.reset();
   for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
+}
+
+// The replica rule: files of one name are replicas only when size and declared version agree.
+// Server 2 serves a different image of the same size as "shared", declared as another version:
+// the client never reads "shared" from it, and every byte it gets is the majority's.
+TEST_F(ClusterTest, FilesOfOneNameAreReplicasOnlyWhenTheirVersionsAgree) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 3; ++i) {
+    const std::string image = i < 2 ? "shared.img" : "own2.img";
+    auto server = ServerProcess::Start(
+        {absl::StrCat("--device=shared=", dir_.path(), "/", image, ",own", i, "=", dir_.path(),
+                      "/own", i, ".img"),
+         absl::StrCat("--file-version=shared=", i < 2 ? "v1" : "v2", ",*=base")},
+        absl::StrCat(dir_.path(), "/server", i, ".log"));
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers.push_back(*std::move(server));
+    addresses.push_back(servers.back()->target());
+  }
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster(absl::StrJoin(addresses, ","), ClusterOptions{}));
+  auto info = cluster_->Stat("shared");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->version(), "v1");
+  auto own = cluster_->Stat("own1");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->version(), "base") << "'*' gives the files without a version one";
+  auto listed = cluster_->List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const ClusterClient::ListedFile& file : *listed) {
+    if (file.info.name() != "shared") continue;
+    EXPECT_EQ(file.servers, (std::vector<std::string>{addresses[0], addresses[1]}));
+  }
+
+  const uint64_t served_before = ReadsServed(addresses[2]);
+  for (int r = 0; r < 300; ++r) {
+    const uint64_t offset = static_cast<uint64_t>(r) * 7 % (kImageBytes / 4096) * 4096;
+    auto read = cluster_->Read("shared", offset, 4096, {});
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_EQ(read->data(), std::string(shared_.data() + offset, 4096)) << "offset " << offset;
+  }
+  EXPECT_EQ(ReadsServed(addresses[2]), served_before) << "read from the other version's server";
+  cluster_.reset();
+  for (auto& server : servers) EXPECT_EQ(server->Stop(), 0) << server->Log();
+
+  // A version for a name no file has is a configuration error that names it.
+  auto refused = ServerProcess::Start(
+      {absl::StrCat("--device=shared=", dir_.path(), "/shared.img"), "--file-version=missing=1"},
+      dir_.path() + "/refused.log");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("no served file is named 'missing'"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace
