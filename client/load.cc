@@ -309,10 +309,12 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
   std::vector<std::deque<std::shared_ptr<Flight>>> watched(stubs.size());
   uint64_t hedges = 0, reads_started = 0;
   int in_flight = 0;
-  // Sends a call of `flight`; false (nothing sent) when no replica is reachable now.
-  const auto send = [&](const std::shared_ptr<Flight>& flight, uint64_t tried, bool hedge) {
+  // Sends a call of `flight` to `server`, or to a replica chosen now when it is -1; false
+  // (nothing sent) when no replica is reachable now.
+  const auto send = [&](const std::shared_ptr<Flight>& flight, uint64_t tried, bool hedge,
+                        int server = -1) {
     const FileTarget& file = run.files[flight->file];
-    const int server = router.Choose(file, tried, rng);
+    if (server < 0) server = router.Choose(file, tried, rng);
     if (server < 0) return false;
     auto* call = new Call();
     call->flight = flight;
@@ -364,9 +366,26 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
           if (next_ns == 0 || due - now < next_ns) next_ns = due - now;
           break;
         }
+        const uint64_t tried = ServerBit(flight->first_server);
+        const int other = router.Choose(run.files[flight->file], tried, rng);
+        if (other < 0) {  // no other replica reachable
+          queue_of.pop_front();
+          continue;
+        }
+        // Only once the read has waited longer than the other replica is expected to take: a
+        // replica slower than the wait so far would not answer sooner, and would only lengthen
+        // its own queue. Until then the read stays watched (and the reads behind it, which have
+        // waited less, with it).
+        const auto other_latency = static_cast<uint64_t>(router.health(other).LatencyNs(
+            ServerHealth::Clock::time_point(std::chrono::nanoseconds(now))));
+        if (other_latency > now - flight->start_ns) {
+          const uint64_t ready_in = other_latency - (now - flight->start_ns);
+          if (next_ns == 0 || ready_in < next_ns) next_ns = ready_in;
+          break;
+        }
         if (static_cast<double>(hedges + 1) <=
                 o.hedge_max_share * static_cast<double>(reads_started) &&
-            send(flight, ServerBit(flight->first_server), /*hedge=*/true)) {
+            send(flight, tried, /*hedge=*/true, other)) {
           flight->hedged = true;
           ++hedges;
           stats.hedged.Add(1);

@@ -58,9 +58,11 @@ class ServerHealth {
 
   // ---- Latency: a peak EWMA of its answers, as Finagle and linkerd keep one ----
   // A sample above the estimate replaces it at once (a server that turns slow is avoided from
-  // its first slow answer); one below pulls it down by kLatencyWeight. Without answers the
-  // estimate decays toward zero with time constant kLatencyDecay, so a server avoided for being
-  // slow is tried again now and then, and a recovered one wins its share back.
+  // its first slow answer); one below pulls it down by kLatencyWeight. While no read is
+  // outstanding to it and none is answered, the estimate decays toward zero with time constant
+  // kLatencyDecay, so a server avoided for being slow is tried again now and then, and a
+  // recovered one wins its share back. While reads are outstanding it holds: a server that
+  // stopped answering must not look faster for it.
   static constexpr double kLatencyWeight = 0.1;
   static constexpr std::chrono::milliseconds kLatencyDecay{500};
   // Never below this in ExpectedWait: a server nothing is known of yet, or one decayed to
@@ -85,7 +87,7 @@ class ServerHealth {
   // The estimate at `now`, in nanoseconds (0: nothing known).
   double LatencyNs(Clock::time_point now) const {
     const double latency = latency_ns_.load(std::memory_order_relaxed);
-    if (latency == 0) return 0;
+    if (latency == 0 || outstanding.load(std::memory_order_relaxed) > 0) return latency;
     const double idle_ns = static_cast<double>(now.time_since_epoch().count() -
                                                sampled_at_ns_.load(std::memory_order_relaxed));
     if (idle_ns <= 0) return latency;
