@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -472,25 +473,30 @@ TEST_F(HedgingTest, ReadsCaughtOnAStalledReplicaAreHedgedToTheOther) {
 }
 
 TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
+  // Four servers listed in a target file that the client reads again every second; a fifth is
+  // started and added to it mid-run.
   std::vector<std::unique_ptr<ServerProcess>> servers;
-  for (int i = 0; i < 2; ++i) {
+  const auto write_targets = [&](const std::string& path) {
+    std::ofstream out(path);
+    for (const auto& server : servers) out << server->target() << "\n";
+  };
+  for (int i = 0; i < 4; ++i) {
     servers.push_back(StartServer(i));
     ASSERT_NE(servers.back(), nullptr);
   }
   const std::string target_file = dir_.path() + "/targets";
-  std::ofstream(target_file) << servers[0]->target() << "\n" << servers[1]->target() << "\n";
+  write_targets(target_file);
   ClusterOptions options;
   options.resolve_interval = std::chrono::milliseconds(1000);
   ASSERT_NO_FATAL_FAILURE(ConnectCluster("@" + target_file, options));
   StartReaders(*cluster_, 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
-  servers.push_back(StartServer(2));
+  servers.push_back(StartServer(4));
   ASSERT_NE(servers.back(), nullptr);
   const std::string added = servers.back()->target();
-  std::ofstream(target_file) << servers[0]->target() << "\n"
-                             << servers[1]->target() << "\n"
-                             << added << "\n";
+  write_targets(target_file + ".new");  // whole, then renamed in: never read half-written
+  ASSERT_EQ(rename((target_file + ".new").c_str(), target_file.c_str()), 0);
   const auto added_at = Clock::now();
   uint64_t served = 0;
   while (Clock::now() < added_at + std::chrono::seconds(15) &&
@@ -505,7 +511,7 @@ TEST_F(ClusterTest, AServerAddedToTheTargetFileGetsAShareOfTheReads) {
                        static_cast<double>(std::max<uint64_t>(1, ok_.load() - before_all));
   StopReaders();
   std::printf(
-      "cluster: a third server added to the target file served 100 reads %.1f s later, "
+      "cluster: a fifth server added to the target file served 100 reads %.1f s later, "
       "then %.0f%% of them\n",
       took_s, share * 100);
   EXPECT_GE(served, 100u) << "the added server got no reads within 15 s";
