@@ -96,6 +96,7 @@ class DeviceFaultTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     client_ = BlockReadClient::Connect(server_->target());
+    rss_at_start_mib_ = server_->RssMiB();
   }
   void TearDown() override {
     client_.reset();
@@ -123,7 +124,26 @@ class DeviceFaultTest : public ::testing::Test {
     return micros;
   }
 
+  // Prints one case's figures: the healthy device's 4K read latency (sorted microseconds) before
+  // the fault and during it, what became of the faulty device's reads, and the server's RSS when
+  // it started and now.
+  void Report(const std::string& fault, const std::vector<double>& before,
+              const std::vector<double>& during, const std::string& outcome) {
+    const auto percentile = [](const std::vector<double>& sorted, double p) {
+      return sorted.empty()
+                 ? 0.0
+                 : sorted[static_cast<size_t>(p * static_cast<double>(sorted.size() - 1))];
+    };
+    std::printf(
+        "device_fault: %s: healthy 4K reads p50/p99 us %.0f/%.0f before, %.0f/%.0f during; %s; "
+        "server RSS %lu MiB at start, %lu MiB now\n",
+        fault.c_str(), percentile(before, 0.5), percentile(before, 0.99), percentile(during, 0.5),
+        percentile(during, 0.99), outcome.c_str(), rss_at_start_mib_, server_->RssMiB());
+    std::fflush(stdout);
+  }
+
   TempDir dir_;
+  uint64_t rss_at_start_mib_ = 0;
   std::string healthy_bytes_, faulty_bytes_;
   std::vector<std::unique_ptr<NbdDevice>> devices_;  // outlive the server
   std::unique_ptr<ServerProcess> server_;
@@ -137,6 +157,7 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
   NbdDevice* device = AddDevice(options);
   ASSERT_NE(device, nullptr);
   StartServer(*device);
+  const std::vector<double> before = TimeHealthyReads(200);
 
   // Learn: reads with room to wait, enough for the server's estimate (16 a device per worker).
   std::vector<std::thread> threads;
@@ -154,6 +175,7 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
       }
     });
   }
+  const std::vector<double> during = TimeHealthyReads(200);  // while the slow reads wait
   for (auto& t : threads) t.join();
   ASSERT_EQ(learned.load(), 48) << "slow reads with room to wait are served, exact";
 
@@ -176,6 +198,9 @@ TEST_F(DeviceFaultTest, ASlowDeviceShedsReadsItsDeadlineCannotWaitForAndNoOthers
     }
   }
   EXPECT_GE(shed, 8) << "reads the device could not serve in time went to it anyway";
+  Report("a device 200 ms a read", before, during,
+         absl::StrCat("48 slow reads with 10 s deadlines served, exact; ", shed,
+                      " of 10 reads with 50 ms deadlines shed before any I/O"));
   // The healthy device, same deadline: served.
   for (int i = 0; i < 20; ++i) {
     auto read =
@@ -234,14 +259,9 @@ TEST_F(DeviceFaultTest, AStalledDeviceHoldsOnlyItsShareOfSlotsAndOtherDevicesAre
   const std::vector<double> during = TimeHealthyReads(300);
   ASSERT_EQ(during.size(), 300u);
   EXPECT_EQ(StatsOfDevice(*client_, "faulty").inflight(), kShare) << "still stalled throughout";
-  const auto percentile = [](const std::vector<double>& sorted, double p) {
-    return sorted[static_cast<size_t>(p * static_cast<double>(sorted.size() - 1))];
-  };
-  std::printf(
-      "device_fault: healthy 4K reads, p50/p99 us: %.0f/%.0f with no device stalled, "
-      "%.0f/%.0f while the other holds %u reads stalled\n",
-      percentile(before, 0.5), percentile(before, 0.99), percentile(during, 0.5),
-      percentile(during, 0.99), static_cast<unsigned>(kShare));
+  Report("a device stalled (nbdkit pause)", before, during,
+         absl::StrCat(kShare, " of a stream's ", kStalledReads,
+                      " reads on it hold slots (its share), the rest wait for admission"));
 
   ASSERT_TRUE(device->Resume().ok());
   std::vector<uint8_t> answered(kStalledReads, 0);
@@ -268,6 +288,7 @@ TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenThe
   ASSERT_NE(device, nullptr);
   StartServer(*device);
   ASSERT_EQ(DeviceErrors(*client_, "faulty"), 0u);
+  const std::vector<double> before = TimeHealthyReads(200);
 
   std::ofstream(options.error_trigger_file) << "on";
   int failed = 0, served = 0;
@@ -292,7 +313,9 @@ TEST_F(DeviceFaultTest, EioOnATenthOfADevicesReadsFailsThoseAloneAndStopsWhenThe
       ++failed;
     }
   }
-  std::printf("device_fault: EIO at 10%%: %d of 300 reads failed, %d served\n", failed, served);
+  const std::vector<double> during = TimeHealthyReads(200);
+  Report("EIO on 10% of a device's reads (nbdkit error)", before, during,
+         absl::StrCat(failed, " of 300 reads of it failed DATA_LOSS, ", served, " served, exact"));
   EXPECT_GT(failed, 0);
   EXPECT_GT(served, 150);
   EXPECT_GE(DeviceErrors(*client_, "faulty"), static_cast<uint64_t>(failed));
@@ -333,7 +356,9 @@ TEST_F(DeviceFaultTest, ADeviceThatGoesAwayIsUnavailableAndServedAgainWhenItCome
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = *std::move(server);
   client_ = BlockReadClient::Connect(server_->target());
+  rss_at_start_mib_ = server_->RssMiB();
   ASSERT_TRUE(client_->Read("faulty", 8192, 4096).ok());
+  const std::vector<double> before = TimeHealthyReads(200);
 
   // It goes away: its NBD server stops and its stable path with it.
   (*first)->Vanish();
@@ -344,9 +369,9 @@ TEST_F(DeviceFaultTest, ADeviceThatGoesAwayIsUnavailableAndServedAgainWhenItCome
             std::string::npos)
       << gone;
   EXPECT_EQ(gone.message().find(stable), std::string::npos) << "no server path in a message";
-  auto healthy = client_->Read("healthy", 4096, 4096);
-  ASSERT_TRUE(healthy.ok()) << healthy.status();
-  EXPECT_EQ(healthy->data(), healthy_bytes_.substr(4096, 4096));
+  const std::vector<double> during = TimeHealthyReads(200);
+  Report("a device that goes away", before, during,
+         "its reads answered UNAVAILABLE naming the file until it came back");
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   for (const v1::DeviceStats& d : stats->devices()) {

@@ -41,15 +41,6 @@ constexpr bool kSanitizerBuild = true;
 constexpr bool kSanitizerBuild = false;
 #endif
 
-// The server's resident memory, from /proc/PID/status (kB -> bytes).
-uint64_t RssBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 class OverloadTest : public ::testing::Test {
  protected:
   void StartServer(std::vector<std::string> args, const ClientOptions& connection = {}) {
@@ -84,6 +75,7 @@ TEST_F(OverloadTest, TwoThousandIdleConnectionsAreAdmittedAndANewClientReads) {
     ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
   }
   ASSERT_GE(limit.rlim_cur, 2100u) << "this test process cannot open 2,000 sockets";
+  const uint64_t rss_before = server_->RssMiB();
   // Real HTTP/2 connections: the client preface and an empty SETTINGS frame, then nothing.
   static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0";
   std::vector<int> sockets;
@@ -110,8 +102,13 @@ TEST_F(OverloadTest, TwoThousandIdleConnectionsAreAdmittedAndANewClientReads) {
     if (n > 0 || (n < 0 && errno == EAGAIN)) ++open;
   }
   EXPECT_EQ(open, 2000);
+  const uint64_t rss_with = server_->RssMiB();
   for (int fd : sockets) close(fd);
   ExpectANewClientReads();
+  std::printf(
+      "overload: 2000 idle connections: %d kept open, none shed; server RSS %lu MiB before, %lu "
+      "MiB with them, %lu MiB after they closed\n",
+      open, rss_before, rss_with, server_->RssMiB());
 }
 
 TEST_F(OverloadTest, AThousandStreamsOnOneConnectionAreAllServedBeyondTheLimitInTurn) {
@@ -129,6 +126,7 @@ TEST_F(OverloadTest, AThousandStreamsOnOneConnectionAreAllServedBeyondTheLimitIn
     int results = 0;
   };
   grpc::CompletionQueue queue;
+  const uint64_t rss_before = server_->RssMiB();
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < kStreams; ++i) {
     auto stream = std::make_unique<Stream>();
@@ -191,6 +189,10 @@ TEST_F(OverloadTest, AThousandStreamsOnOneConnectionAreAllServedBeyondTheLimitIn
                     << " with " << s->results << " results";
     }
   }
+  std::printf(
+      "overload: %d streams on one connection, limit 64: %d served, %d refused "
+      "RESOURCE_EXHAUSTED; server RSS %lu MiB before, %lu MiB after\n",
+      kStreams, served, refused_clearly, rss_before, server_->RssMiB());
   EXPECT_EQ(finished, kStreams);
   EXPECT_EQ(served + refused_clearly, kStreams);
   EXPECT_GT(served, 0);
@@ -216,6 +218,7 @@ TEST_F(OverloadTest, ARequestJustUnderTheReceiveLimitOfOneByteReadsIsAnsweredRea
   }
   ASSERT_LT(request.ByteSizeLong(), 4u << 20);
   const int reads = request.reads_size();
+  const uint64_t rss_before = server_->RssMiB();
   auto client = BlockReadClient::Connect(server_->target());
   auto stream = client->OpenStream();
   ASSERT_TRUE(stream->Send(request));
@@ -241,7 +244,8 @@ TEST_F(OverloadTest, ARequestJustUnderTheReceiveLimitOfOneByteReadsIsAnsweredRea
   std::printf("overload: %d one-byte reads in one message: %d OK, %d errors (codes", reads, ok,
               errors);
   for (int code : codes) std::printf(" %d", code);
-  std::printf("), stream end: %s\n", end.ToString().c_str());
+  std::printf("), stream end: %s; server RSS %lu MiB before, %lu MiB after\n",
+              end.ToString().c_str(), rss_before, server_->RssMiB());
   EXPECT_EQ(twice, 0);
   if (end.ok()) {
     EXPECT_EQ(ok + errors, reads) << "every read answered once";
@@ -265,6 +269,7 @@ TEST_F(OverloadTest, UnaryCallsBeyondAWorkersBoundAreRefusedAtOnce) {
   slow.token = "slow-token";
   StartServer({"--cpus=0", "--max_unary_in_flight=4", "--auth=" + auth}, slow);
   std::atomic<int> ok{0}, refused{0}, other{0};
+  const uint64_t rss_before = server_->RssMiB();
   std::string message;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -291,6 +296,10 @@ TEST_F(OverloadTest, UnaryCallsBeyondAWorkersBoundAreRefusedAtOnce) {
     });
   }
   for (auto& t : threads) t.join();
+  std::printf(
+      "overload: 12 unary calls held open by a 2 IOPS limit, bound 4 a worker: %d served, %d "
+      "refused RESOURCE_EXHAUSTED at once; server RSS %lu MiB before, %lu MiB after\n",
+      ok.load(), refused.load(), rss_before, server_->RssMiB());
   EXPECT_EQ(other.load(), 0);
   EXPECT_GT(refused.load(), 0);
   EXPECT_GE(ok.load(), 4);
@@ -341,14 +350,13 @@ TEST_F(OverloadTest, AFloodOfUnreadOneMebibyteReadsKeepsMemoryFlatAndOthersServe
   std::vector<double> flooded_us;
   std::thread good([&] { flooded_us = time_good_reads(std::chrono::seconds(20)); });
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const uint64_t baseline = RssBytes(server_->pid());
-  uint64_t peak = baseline;
+  const uint64_t baseline_mib = server_->RssMiB();
+  uint64_t peak_mib = baseline_mib;
   std::vector<uint64_t> samples;
   for (int s = 0; s < 17; ++s) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const uint64_t rss = RssBytes(server_->pid());
-    samples.push_back(rss >> 20);
-    peak = std::max(peak, rss);
+    samples.push_back(server_->RssMiB());
+    peak_mib = std::max(peak_mib, samples.back());
   }
   good.join();
   flood_context.TryCancel();
@@ -356,7 +364,7 @@ TEST_F(OverloadTest, AFloodOfUnreadOneMebibyteReadsKeepsMemoryFlatAndOthersServe
   std::printf(
       "overload: flood sent %lu 1 MiB reads; server RSS baseline %lu MiB, peak %lu MiB;"
       " per second:",
-      flooded.load(), baseline >> 20, peak >> 20);
+      flooded.load(), baseline_mib, peak_mib);
   for (uint64_t mib : samples) std::printf(" %lu", mib);
   std::printf(
       "\noverload: good client 4K reads, p50/p99 us: %.0f/%.0f without the flood (%zu reads in "
@@ -365,7 +373,7 @@ TEST_F(OverloadTest, AFloodOfUnreadOneMebibyteReadsKeepsMemoryFlatAndOthersServe
       percentile(flooded_us, 0.99), flooded_us.size());
   RecordProperty("good_p99_us", std::to_string(percentile(flooded_us, 0.99)));
   RecordProperty("good_p99_us_without_flood", std::to_string(percentile(alone, 0.99)));
-  EXPECT_LE(peak, baseline + (64 << 20)) << "server memory grew under the flood";
+  EXPECT_LE(peak_mib, baseline_mib + 64) << "server memory grew under the flood";
   EXPECT_GT(flooded_us.size(), 100u) << "the good client was starved";
 }
 

@@ -132,6 +132,14 @@ std::string ServerProcess::Log() const {
   return text.str();
 }
 
+uint64_t ServerProcess::RssMiB() const {
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) >> 10;  // kB
+  }
+  return 0;
+}
+
 int ServerProcess::Stop(int timeout_s) {
   if (pid_ < 0) return -1;
   kill(pid_, SIGTERM);

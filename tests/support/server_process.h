@@ -35,6 +35,8 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   // The server's stderr so far.
   std::string Log() const;
+  // Its resident memory now (VmRSS), in MiB; 0 once it has exited.
+  uint64_t RssMiB() const;
 
   // SIGTERM, then waits (at most `timeout_s`); returns the exit status (-1: killed by a signal or
   // timed out).
