@@ -6,6 +6,11 @@
     c.read_many([("random-4m", 0, 4096), ...])         # list of bytes, one stream, batched
     c.stat("hello.txt"); c.ls(); c.stats(); c.explain("fragmented", 0, 65536)
 
+Several servers: blockread.Client("a:7420,b:7420"), a list, "dns:///name:7420" or "@FILE".
+Each read goes to a server that lists its file (the less loaded of two replicas) and fails over
+to another replica on UNAVAILABLE; ls() shows each file's `servers`; stats() and health() answer
+per server ({address: answer}, or server= one of them).
+
 Errors are blockread.Error subclasses (NotFound, OutOfRange, ...) with `.code`, a
 grpc.StatusCode. PyTorch datasets are in blockread.torch (when torch is installed).
 """

@@ -1,4 +1,9 @@
-"""blockread.Client: reads, listings and stats from a blockread server over gRPC."""
+"""blockread.Client: reads, listings and stats from blockread servers over gRPC.
+
+A Client whose target names one server (one "host:port") talks to it alone, on the code below.
+One whose target names several, or a "dns:///" name or an "@FILE" (whose servers may change),
+hands every call to a _cluster.Cluster, which routes it to a server holding the file.
+"""
 
 import dataclasses
 import ipaddress
@@ -11,6 +16,7 @@ import grpc
 from blockread import errors
 from blockread._proto.blockread.v1 import blockread_pb2 as pb
 from blockread._proto.blockread.v1 import blockread_pb2_grpc as pb_grpc
+from blockread._routing import RESOLVE_INTERVAL, BackoffPolicy, TargetSpec
 
 DEFAULT_TARGET = "127.0.0.1:7420"
 # A method's `timeout` when not given: the Client's. (None means no deadline.)
@@ -34,6 +40,14 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30000),
     ("grpc.keepalive_timeout_ms", 10000),
 ]
+# With several servers, one that went away is dialled again on the schedule it is backed off on
+# (_routing.BackoffPolicy), not gRPC's (1 s doubling to 2 min), so a restarted server is used
+# again within seconds, as the C++ client does. (grpc.min_reconnect_backoff_ms stays gRPC's: it
+# is the connect timeout.)
+_CLUSTER_CHANNEL_OPTIONS = _CHANNEL_OPTIONS + [
+    ("grpc.initial_reconnect_backoff_ms", int(BackoffPolicy.initial * 1000)),
+    ("grpc.max_reconnect_backoff_ms", int(BackoffPolicy.maximum * 1000)),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +57,10 @@ class FileInfo:
     name: the name reads use. size: bytes. block_size: the alignment a read needs for the simple
     path. extents: how many extents the file has. source: how it is served, "WHOLE_DEVICE",
     "MANIFEST", "FIEMAP" (read from the raw device) or "FILE_ROUTE" (through the file itself).
-    devices: the server's names of the devices holding it.
+    devices: the server's names of the devices holding it. version: the content version the
+    server declares for it ("" when none); servers that list a name with the same size and
+    version hold replicas of it. servers: the addresses of the servers holding it (the replicas,
+    in target order; with one server, that server's target).
     """
 
     name: str
@@ -52,12 +69,14 @@ class FileInfo:
     extents: int
     source: str
     devices: tuple = ()
+    version: str = ""
+    servers: tuple = ()
 
     @classmethod
-    def from_proto(cls, info):
+    def from_proto(cls, info, servers=()):
         return cls(name=info.name, size=info.size, block_size=info.block_size,
                    extents=info.extent_count, source=pb.FileSource.Name(info.source),
-                   devices=tuple(info.devices))
+                   devices=tuple(info.devices), version=info.version, servers=tuple(servers))
 
 
 def _read_credential(value):
@@ -69,7 +88,11 @@ def _read_credential(value):
 
 
 def _is_loopback(target):
-    host = target.rsplit(":", 1)[0].strip("[]")
+    return _is_loopback_host(target.rsplit(":", 1)[0])
+
+
+def _is_loopback_host(host):
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:
@@ -112,15 +135,22 @@ def _health_modules():
 
 
 class Client:
-    """A connection to one blockread server.
+    """A connection to a blockread server, or to several.
 
-    target: "host:port" (default 127.0.0.1:7420).
+    target: "host:port" (default 127.0.0.1:7420), or several servers: "a:1,b:2", a list
+      ["a:1", "b:2"], "dns:///name:port" (every address the name resolves to, resolved by the
+      client, one connection each) or "@FILE" (the targets listed in FILE, one per line or
+      comma-separated; read again at every resolve). With one "host:port" the Client talks to that
+      server alone. Otherwise each read goes to a server that lists its file (the least loaded of
+      two replicas), and on UNAVAILABLE to another one; see README "Python client" and
+      blockread/_cluster.py.
     token: a bearer token, sent with every call as `authorization: Bearer <token>`.
     ca, cert, key: PEM bytes or file paths. Any of them turns TLS on: `ca` verifies the server
       (the system's roots when None), `cert` and `key` are the client's certificate for mTLS.
     tls: True for TLS with the system's roots and no client certificate; None (default) means
       "TLS if ca, cert or key is given".
-    server_name: the name the server's certificate must carry, when it is not the target's host.
+    server_name: the name the server's certificate must carry, when it is not the target's host
+      (with several servers, dialled by address, the name their certificates share).
     timeout: seconds allowed for each call (read, stat, ls, ... and a whole read_many); None for
       no deadline. Every method also takes its own `timeout=`.
     depth, batch: read_many's default reads in flight on its stream and reads per stream message.
@@ -129,6 +159,8 @@ class Client:
       depth x read size is the memory a stream may hold.
     max_read_bytes: the server's largest read (its --max-read-bytes); only splitting whole files
       into pieces uses it.
+    resolve_interval: with several servers, how often (seconds) the targets are resolved again
+      and the servers' file lists read again (also at once when a server is lost).
 
     Thread-safe: any number of threads may call one Client. Fork-safe: a Client made (and used)
     in a parent works in forked children (DataLoader workers), which make their own channels.
@@ -137,9 +169,12 @@ class Client:
 
     def __init__(self, target=DEFAULT_TARGET, *, token=None, ca=None, cert=None, key=None,
                  tls=None, server_name=None, timeout=10.0, depth=128, batch=32,
-                 max_read_bytes=DEFAULT_MAX_READ_BYTES):
-        if not isinstance(target, str) or not target:
-            raise TypeError(f"target must be a 'host:port' string, not {target!r}")
+                 max_read_bytes=DEFAULT_MAX_READ_BYTES, resolve_interval=RESOLVE_INTERVAL):
+        spec = TargetSpec(target)  # TypeError, ValueError for a malformed target
+        if spec.fixed is None:
+            # Several servers: what names them must resolve now (a missing @FILE, a name that
+            # does not resolve raise their blockread.Error here), as the C++ client's Connect.
+            spec.resolve()
         if (cert is None) != (key is None):
             raise ValueError("cert and key go together (the client's certificate and its key)")
         if depth < 1 or batch < 1:
@@ -147,12 +182,16 @@ class Client:
         self._settings = dict(target=target, token=token, ca=_read_credential(ca),
                               cert=_read_credential(cert), key=_read_credential(key), tls=tls,
                               server_name=server_name, timeout=timeout, depth=depth, batch=batch,
-                              max_read_bytes=max_read_bytes)
+                              max_read_bytes=max_read_bytes, resolve_interval=resolve_interval)
         self._setup()
 
     def _setup(self):
         s = self._settings
-        self.target = s["target"]
+        self._spec = TargetSpec(s["target"])
+        # Routed: calls go through a _cluster.Cluster (several servers, or servers that may change).
+        self._routed = self._spec.fixed is None
+        self.target = self._spec.text if self._routed else self._spec.fixed
+        self.resolve_interval = s.get("resolve_interval", RESOLVE_INTERVAL)
         self.timeout = s["timeout"]
         self.depth = s["depth"]
         self.batch = s["batch"]
@@ -163,17 +202,24 @@ class Client:
         if tls:
             self._credentials = grpc.ssl_channel_credentials(
                 root_certificates=s["ca"], private_key=s["key"], certificate_chain=s["cert"])
-        elif s["token"] is not None and not _is_loopback(self.target):
-            warnings.warn(f"blockread: the token goes to {self.target} in plaintext (no TLS)",
-                          stacklevel=3)
+        elif s["token"] is not None:
+            remote = ([h for h in self._spec.hosts_named() if not _is_loopback_host(h)]
+                      if self._routed else [] if _is_loopback(self.target) else [self.target])
+            if remote:
+                warnings.warn(f"blockread: the token goes to {', '.join(remote)} in plaintext "
+                              "(no TLS)", stacklevel=3)
         self._metadata = (("authorization", f"Bearer {s['token']}"),) if s["token"] else None
         self._options = list(_CHANNEL_OPTIONS)
+        self._cluster_options = list(_CLUSTER_CHANNEL_OPTIONS)
         if s["server_name"]:
             self._options.append(("grpc.ssl_target_name_override", s["server_name"]))
+            self._cluster_options.append(("grpc.ssl_target_name_override", s["server_name"]))
         self._lock = threading.Lock()
-        self._connection = None
-        # Connections inherited from a parent process. gRPC's fork handler has closed their
-        # channels in the child; they are kept rather than closed a second time when collected.
+        self._connection = None  # one server: this process's _Connection
+        self._cluster_state = None  # several: this process's _cluster.Cluster
+        # Connections (and Clusters) inherited from a parent process. gRPC's fork handler has
+        # closed their channels in the child; they are kept rather than closed a second time when
+        # collected.
         self._inherited = []
 
     def __getstate__(self):
@@ -199,6 +245,38 @@ class Client:
                 self._connection = connection
             return connection
 
+    def _cluster(self):
+        """This process's Cluster (routed Clients only); made anew in a forked child, as
+        _conn() makes a new connection."""
+        cluster = self._cluster_state
+        if cluster is not None and cluster.pid == os.getpid():
+            return cluster
+        with self._lock:
+            cluster = self._cluster_state
+            if cluster is None or cluster.pid != os.getpid():
+                if cluster is not None:
+                    self._inherited.append(cluster)
+                from blockread._cluster import Cluster  # only Clients of several servers need it
+                cluster = Cluster(self._spec, self._connect_to, self._metadata,
+                                  resolve_interval=self.resolve_interval)
+                self._cluster_state = cluster
+            return cluster
+
+    def _connect_to(self, address):
+        """A connection to one of several servers (the Cluster's)."""
+        return _Connection(address, self._credentials, self._cluster_options)
+
+    @property
+    def servers(self):
+        """The addresses of the servers this Client uses now, in target order (with one server,
+        [target]; with several, resolved again as described in the class docstring)."""
+        return self._cluster().servers() if self._routed else [self.target]
+
+    def _only_server(self, server):
+        """Checks a `server=` argument of a one-server Client: None or its target."""
+        if server is not None and server != self.target:
+            raise ValueError(f"server {server!r}: this client's only server is {self.target}")
+
     def _unary(self, method, request, timeout):
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
@@ -209,11 +287,14 @@ class Client:
         return self.timeout if timeout is _DEFAULT else timeout
 
     def close(self):
-        """Closes this process's channel. The Client makes a new one if it is used again."""
+        """Closes this process's channels. The Client makes new ones if it is used again."""
         with self._lock:
             connection, self._connection = self._connection, None
+            cluster, self._cluster_state = self._cluster_state, None
         if connection is not None and connection.pid == os.getpid():
             connection.channel.close()
+        if cluster is not None and cluster.pid == os.getpid():
+            cluster.close()
 
     def __del__(self):
         # With GRPC_ENABLE_FORK_SUPPORT, grpcio keeps every channel in a registry until it is
@@ -224,6 +305,9 @@ class Client:
             connection = self._connection
             if connection is not None and connection.pid == os.getpid():
                 connection.channel.close()
+            cluster = self._cluster_state
+            if cluster is not None and cluster.pid == os.getpid():
+                cluster.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown, a half-made Client
             pass
 
@@ -238,7 +322,10 @@ class Client:
     def read(self, file, offset, length, *, timeout=_DEFAULT):
         """`length` bytes of `file` from `offset`: fewer when the read runs past the end of the
         file, none at exactly the end. One ReadBlock RPC; `length` must be 1 .. the server's
-        max_read_bytes. Raises a blockread.Error subclass (NotFound, OutOfRange, ...)."""
+        max_read_bytes. Raises a blockread.Error subclass (NotFound, OutOfRange, ...).
+        With several servers: to one replica of `file`, another on UNAVAILABLE."""
+        if self._routed:
+            return self._cluster().read(file, offset, length, self._timeout(timeout))
         request = pb.ReadBlockRequest(file=file, offset=offset, length=length)
         return self._unary(self._conn().stub.ReadBlock, request,
                            self._timeout(timeout)).data
@@ -251,8 +338,16 @@ class Client:
         position in `reads`; the others are abandoned (the stream is cancelled). A failure of the
         stream itself (server unreachable, deadline) raises with `.index` None. `timeout`: the
         whole call's deadline in seconds (default: the Client's timeout).
+
+        With several servers: the reads are split by chosen server, one stream per server at
+        once (`depth` and `batch` are each stream's); a server that fails UNAVAILABLE has its
+        unanswered reads sent to other replicas. A read no server can take (a file no server
+        lists, or only unreachable ones), and a malformed item, raise before anything is sent.
         """
         reads = list(reads)
+        if self._routed:
+            return self._cluster().read_many(reads, self._timeout(timeout), depth or self.depth,
+                                             batch or self.batch)
         results = [None] * len(reads)
         if not reads:
             return results
@@ -268,11 +363,18 @@ class Client:
         at most `depth` reads are in flight or waiting to be yielded, so memory stays bounded.
         `timeout` (default None: none) bounds the whole stream. Stopping the iteration early
         cancels the stream.
+
+        With several servers: read_many's routing, `depth` reads at a time, the next `depth`
+        sent while the caller takes these (so at most 2 x depth reads are held).
         """
+        if self._routed:
+            yield from self._cluster().read_iter(reads, timeout, depth or self.depth,
+                                                 batch or self.batch)
+            return
         for _, data in self._stream(reads, timeout, depth, batch):
             yield data
 
-    def _stream(self, reads, timeout, depth, batch):
+    def _stream(self, reads, timeout, depth, batch):  # one server
         """Yields (index, bytes) in request order; see read_many."""
         stream = _ReadStream(reads, depth or self.depth, batch or self.batch)
         call = self._conn().stub.ReadBlocks(stream.requests(), timeout=timeout,
@@ -286,44 +388,78 @@ class Client:
     # --- Files and the server ---
 
     def stat(self, file, *, timeout=_DEFAULT):
-        """The FileInfo of `file`. Raises NotFound for an unknown name."""
+        """The FileInfo of `file`. Raises NotFound for an unknown name. With several servers, one
+        replica answers; `servers` lists them all."""
+        if self._routed:
+            return self._cluster().stat(file, self._timeout(timeout))
         return FileInfo.from_proto(self._unary(self._conn().stub.StatFile,
                                                pb.StatFileRequest(file=file),
-                                               self._timeout(timeout)))
+                                               self._timeout(timeout)), servers=(self.target,))
 
     def ls(self, *, page_size=1000, timeout=_DEFAULT):
-        """Every served file, in name order, as FileInfo (all pages; `timeout` is per page)."""
+        """Every served file, in name order, as FileInfo (all pages; `timeout` is per page).
+
+        With several servers: every server is listed now, and each name appears once, with the
+        servers holding it (`servers`; see FileInfo). A server backed off after failing is not
+        asked and keeps what it listed last; one never listed adds nothing. Raises Unavailable
+        when no server has ever been listed.
+        """
+        if self._routed:
+            return self._cluster().ls(page_size, self._timeout(timeout))
         files, token = [], ""
         while True:
             response = self._unary(self._conn().stub.ListFiles,
                                    pb.ListFilesRequest(page_size=page_size, page_token=token),
                                    self._timeout(timeout))
-            files.extend(FileInfo.from_proto(info) for info in response.files)
+            files.extend(FileInfo.from_proto(info, servers=(self.target,))
+                         for info in response.files)
             token = response.next_page_token
             if not token:
                 return files
 
-    def stats(self, *, timeout=_DEFAULT):
+    def stats(self, *, server=None, timeout=_DEFAULT):
         """The server's statistics: a blockread.pb.GetStatsResponse message (per path, per
-        fallback reason, per device, per worker; see proto/blockread/v1/blockread.proto)."""
-        return self._unary(self._conn().stub.GetStats, pb.GetStatsRequest(),
-                           self._timeout(timeout))
+        fallback reason, per device, per worker; see proto/blockread/v1/blockread.proto).
+
+        server: the address of one of the Client's servers (`servers`), or None. With several
+        servers and server=None: {address: GetStatsResponse} for every server, asked at once; a
+        server that could not be asked maps to its blockread.Error (returned, not raised).
+        """
+        timeout = self._timeout(timeout)
+        if self._routed:
+            return self._cluster().each_server(
+                lambda c: self._unary(c.stub.GetStats, pb.GetStatsRequest(), timeout), server)
+        self._only_server(server)
+        return self._unary(self._conn().stub.GetStats, pb.GetStatsRequest(), timeout)
 
     def explain(self, file, offset, length, *, timeout=_DEFAULT):
         """Which extents the range touches and which path a read of it would take, and why: a
         blockread.pb.ExplainResponse message (`.path`, `.fallback` are enum numbers; use
-        blockread.pb.ReadPath.Name() and blockread.pb.FallbackReason.Name() for names)."""
+        blockread.pb.ReadPath.Name() and blockread.pb.FallbackReason.Name() for names).
+        With several servers, a replica of `file` answers."""
+        if self._routed:
+            return self._cluster().explain(file, offset, length, self._timeout(timeout))
         return self._unary(self._conn().stub.Explain,
                            pb.ExplainRequest(file=file, offset=offset, length=length),
                            self._timeout(timeout))
 
-    def health(self, service="", *, timeout=_DEFAULT):
-        """The grpc.health.v1 status of `service` ("" = the server) as a name: "SERVING", ..."""
+    def health(self, service="", *, server=None, timeout=_DEFAULT):
+        """The grpc.health.v1 status of `service` ("" = the server) as a name: "SERVING", ...
+
+        server: as for stats(); with several servers and server=None, {address: name, or the
+        blockread.Error of a server that could not be asked}.
+        """
         health_pb2 = _health_modules()[0]
-        response = self._unary(self._conn().health_stub().Check,
-                               health_pb2.HealthCheckRequest(service=service),
-                               self._timeout(timeout))
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        request = health_pb2.HealthCheckRequest(service=service)
+        timeout = self._timeout(timeout)
+
+        def check(connection):
+            response = self._unary(connection.health_stub().Check, request, timeout)
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        if self._routed:
+            return self._cluster().each_server(check, server)
+        self._only_server(server)
+        return check(self._conn())
 
 
 class _ReadStream:
@@ -334,8 +470,10 @@ class _ReadStream:
     which bounds both the reads in flight and the results waiting for an earlier one.
     """
 
-    def __init__(self, reads, depth, batch):
+    def __init__(self, reads, depth, batch, on_sent=None):
+        """on_sent(first): called as each request message goes, with its first item's index."""
         self._reads = iter(reads)
+        self._on_sent = on_sent
         self._depth = depth
         self._batch = min(batch, depth)
         self._cond = threading.Condition()
@@ -391,19 +529,28 @@ class _ReadStream:
                     self._end = index
                     self._cond.notify_all()
             if request.reads:
+                if self._on_sent is not None:
+                    self._on_sent(index - len(request.reads))
                 yield request
             if last:
                 return
 
-    def results(self, call):
+    def results(self, call, retry_codes=()):
+        """Yields (index, bytes) in request order; raises the first failed item's error, except
+        that an item failed with a code in `retry_codes` (numbers) is yielded as (index, its
+        blockread.Error), for the caller to send elsewhere."""
         pending = {}
         next_index = 0
         try:
             for response in call:
                 for result in response.results:
                     if result.code != 0:
-                        raise errors.from_code(result.code, result.error_message,
-                                               index=result.tag)
+                        error = errors.from_code(result.code, result.error_message,
+                                                 index=result.tag)
+                        if result.code not in retry_codes:
+                            raise error
+                        pending[result.tag] = error
+                        continue
                     pending[result.tag] = result.data
                 if next_index in pending:
                     while next_index in pending:

@@ -67,7 +67,8 @@ def _pieces(sample, max_read_bytes):
 class BlockReadDataset(torch.utils.data.Dataset):
     """A map-style dataset: item i is the bytes of samples[i] (or transform of them).
 
-    target: "host:port" or a blockread.Client. samples: (file, offset, length) tuples or whole
+    target: what blockread.Client takes ("host:port", several servers, "dns:///name:port",
+    "@FILE") or a blockread.Client. samples: (file, offset, length) tuples or whole
     file names. client_kwargs: blockread.Client's options (token=, ca=, timeout=, ...).
     Each item is one ReadBlock, or one read_many stream for a sample larger than max_read_bytes.
     An empty whole file reads as b"".

@@ -175,8 +175,10 @@ def test_client_pickles_settings_not_connections(served):
 def test_client_argument_errors():
     with pytest.raises(ValueError):
         blockread.Client("127.0.0.1:1", cert=b"x")
+    with pytest.raises(TypeError):  # a list of addresses is a target (several servers, issue 15)
+        blockread.Client(7420)
     with pytest.raises(TypeError):
-        blockread.Client(["a:1"])
+        blockread.Client(["a:1", 7420])
     with pytest.raises(ValueError):
         blockread.Client("127.0.0.1:1", depth=0)
 
