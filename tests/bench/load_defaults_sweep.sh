@@ -11,6 +11,9 @@
 #   tests/bench/load_defaults_sweep.sh [BUILD_DIR]      (default build/rel)
 #   RUNTIME=2 RAMP=0.5 ROUNDS=3 BS="4k 16k 128k" QD="1 8 32 64" DATA_PARENT=/dev/shm ...
 #   KEEP=FILE   also write every run (setting, IOPS) as JSON lines to FILE
+#   CONFIRM=N   then run the defaults and the best tuned setting against each other N more
+#               rounds, alternately, and report that ratio too: the best of many noisy settings
+#               is biased upwards (it won partly by luck), the confirmation rounds are not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/rel}
@@ -26,6 +29,7 @@ client_cpu=${CLIENT_CPU:-1}
 # machine (root), so they are not preempted by it as often.
 nice=${NICE:-0}
 keep=${KEEP:-}
+confirm=${CONFIRM:-0}
 
 work=$(mktemp -d "$parent/blockread-sweep-XXXXXX")
 # shellcheck source=tests/bench/bench_server.sh
@@ -35,9 +39,9 @@ echo "server $target on CPU $server_cpu (demo device under $parent), load on CPU
   "file 'large' (16 MiB) random reads, stream mode, ${runtime}s (+${ramp}s ramp) per run," \
   "$rounds rounds"
 /usr/bin/python3 - "$build" "$target" "$runtime" "$ramp" "$rounds" "$sizes" "$depths" \
-  "$client_cpu" "$keep" "$nice" <<'PY'
+  "$client_cpu" "$keep" "$nice" "$confirm" <<'PY'
 import json, statistics, subprocess, sys
-build, target, runtime, ramp, rounds, sizes, depths, cpu, keep, nice = sys.argv[1:]
+build, target, runtime, ramp, rounds, sizes, depths, cpu, keep, nice, confirm = sys.argv[1:]
 log = open(keep, "w") if keep else None
 
 def run(bs, qd, flags):
@@ -66,8 +70,9 @@ def candidates(bs, qd):
                         f"--channels={streams}"])
     return out
 
-print(f"| bs | qd | defaults | IOPS | best tuned | IOPS | defaults / best |")
-print(f"|---|---|---|---|---|---|---|")
+confirm_head = " confirmed defaults / best |" if int(confirm) else ""
+print(f"| bs | qd | defaults | IOPS | best tuned | IOPS | defaults / best |{confirm_head}")
+print(f"|---|---|---|---|---|---|---|{'---|' if int(confirm) else ''}")
 for bs in sizes.split():
     for qd in map(int, depths.split()):
         settings = [[]] + candidates(bs, qd)  # [] = the defaults
@@ -83,7 +88,15 @@ for bs in sizes.split():
                     log.flush()
         med = {k: (label, statistics.median(v)) for k, (label, v) in runs.items()}
         dlabel, diops = med[()]
-        best = max((v for k, v in med.items() if k), key=lambda x: x[1])
+        best_flags, best = max(((k, v) for k, v in med.items() if k), key=lambda kv: kv[1][1])
+        confirmed = ""
+        if int(confirm):
+            pair = {(): [], best_flags: []}
+            for r in range(int(confirm)):
+                for flags in ([(), best_flags] if r % 2 == 0 else [best_flags, ()]):
+                    pair[flags].append(run(bs, qd, list(flags))[0])
+            ratio = statistics.median(pair[()]) / statistics.median(pair[best_flags])
+            confirmed = f" {ratio:.2f} |"
         print(f"| {bs} | {qd} | {dlabel} | {diops:,.0f} | {best[0]} | {best[1]:,.0f} |"
-              f" {diops / best[1]:.2f} |", flush=True)
+              f" {diops / best[1]:.2f} |{confirmed}", flush=True)
 PY
