@@ -372,12 +372,13 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
           queue_of.pop_front();
           continue;
         }
-        // Only once the read has waited longer than the other replica is expected to take: a
-        // replica slower than the wait so far would not answer sooner, and would only lengthen
-        // its own queue. Until then the read stays watched (and the reads behind it, which have
-        // waited less, with it).
-        const auto other_latency = static_cast<uint64_t>(router.health(other).LatencyNs(
-            ServerHealth::Clock::time_point(std::chrono::nanoseconds(now))));
+        // Only once the read has waited longer than the other replica took when it last
+        // answered: a replica slower than the wait so far would not answer sooner, and would only
+        // lengthen its own queue. Not the estimate decayed while idle: hedges are cancelled when
+        // the first call answers, so a slow replica that only got hedges would never answer
+        // one, and would look fast again by decay alone. Until then the read stays watched (and
+        // the reads behind it, which have waited less, with it).
+        const auto other_latency = static_cast<uint64_t>(router.health(other).LastLatencyNs());
         if (other_latency > now - flight->start_ns) {
           const uint64_t ready_in = other_latency - (now - flight->start_ns);
           if (next_ns == 0 || ready_in < next_ns) next_ns = ready_in;

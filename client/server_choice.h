@@ -84,6 +84,10 @@ class ServerHealth {
   void GaveUpAfter(Clock::duration took, Clock::time_point now) {
     if (static_cast<double>(took.count()) > LatencyNs(now)) Answered(took, now);
   }
+  // The estimate as its last answer left it, without the decay while idle (0: nothing known):
+  // what the server is known to take, for a decision that must not gamble on it being fast
+  // again (a hedge).
+  double LastLatencyNs() const { return latency_ns_.load(std::memory_order_relaxed); }
   // The estimate at `now`, in nanoseconds (0: nothing known).
   double LatencyNs(Clock::time_point now) const {
     const double latency = latency_ns_.load(std::memory_order_relaxed);

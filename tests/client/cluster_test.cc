@@ -83,6 +83,7 @@ TEST(ServerChoiceTest, LatencyRisesAtOnceFallsGraduallyAndDecaysWithoutAnswers) 
   const double before = health.LatencyNs(t0);
   EXPECT_NEAR(health.LatencyNs(t0 + ServerHealth::kLatencyDecay), before / std::exp(1.0), 1);
   EXPECT_LT(health.LatencyNs(t0 + 10 * ServerHealth::kLatencyDecay), 1e3);
+  EXPECT_DOUBLE_EQ(health.LastLatencyNs(), before) << "what it took when it last answered";
   health.outstanding = 1;  // a read it has not answered: the estimate holds
   EXPECT_DOUBLE_EQ(health.LatencyNs(t0 + 10 * ServerHealth::kLatencyDecay), before);
 }
