@@ -439,8 +439,10 @@ void UnaryThread(Run& run, const std::vector<std::vector<v1::BlockRead::Stub*>>&
     ServerHealth& health = router.health(call->server);
     health.outstanding.fetch_sub(1, std::memory_order_relaxed);
     const grpc::StatusCode code = call->status.error_code();
-    const auto answered_at = ServerHealth::Clock::now();
-    const auto took = std::chrono::nanoseconds(MonotonicNowNs() - call->sent_ns);
+    // One clock read: MonotonicNowNs() is the steady clock ServerHealth keeps time on.
+    const uint64_t now_ns = MonotonicNowNs();
+    const ServerHealth::Clock::time_point answered_at{std::chrono::nanoseconds(now_ns)};
+    const auto took = std::chrono::nanoseconds(now_ns - call->sent_ns);
     if (flight->answered) {
       // The other call answered first and this one was cancelled: its server was at least this
       // slow, which is what the choice of server should learn.

@@ -200,14 +200,9 @@ absl::Status LoadManifestText(const std::string& text, const std::string& manife
   }
   for (size_t f = 0; f < maps.size(); ++f) {  // maps[f] is manifest.file(f)
     if (absl::Status added = catalog.AddStaticFile(std::move(maps[f])); !added.ok()) return added;
-    const std::string& version = manifest.file(static_cast<int>(f)).version();
-    if (!version.empty()) {
-      if (absl::Status declared =
-              catalog.DeclareVersion(manifest.file(static_cast<int>(f)).name(), version);
-          !declared.ok()) {
-        return declared;
-      }
-    }
+    const v1::ManifestFile& spec = manifest.file(static_cast<int>(f));
+    // Cannot fail: the file was just added.
+    if (!spec.version().empty()) (void)catalog.DeclareVersion(spec.name(), spec.version());
   }
   return absl::OkStatus();
 }

@@ -232,35 +232,33 @@ class Client:
     def __repr__(self):
         return f"blockread.Client({self.target!r})"
 
-    def _conn(self):
-        connection = self._connection
-        if connection is not None and connection.pid == os.getpid():
-            return connection
+    def _per_process(self, attr, make):
+        """self.<attr> if this process made it, else a new one from make(): gRPC channels do not
+        survive fork(), so a forked child (a DataLoader worker) makes its own. The parent's is
+        kept in _inherited, never used or closed by the child."""
+        current = getattr(self, attr)
+        if current is not None and current.pid == os.getpid():
+            return current
         with self._lock:
-            connection = self._connection
-            if connection is None or connection.pid != os.getpid():
-                if connection is not None:
-                    self._inherited.append(connection)
-                connection = _Connection(self.target, self._credentials, self._options)
-                self._connection = connection
-            return connection
+            current = getattr(self, attr)
+            if current is None or current.pid != os.getpid():
+                if current is not None:
+                    self._inherited.append(current)
+                current = make()
+                setattr(self, attr, current)
+            return current
+
+    def _conn(self):
+        return self._per_process(
+            "_connection", lambda: _Connection(self.target, self._credentials, self._options))
 
     def _cluster(self):
-        """This process's Cluster (routed Clients only); made anew in a forked child, as
-        _conn() makes a new connection."""
-        cluster = self._cluster_state
-        if cluster is not None and cluster.pid == os.getpid():
-            return cluster
-        with self._lock:
-            cluster = self._cluster_state
-            if cluster is None or cluster.pid != os.getpid():
-                if cluster is not None:
-                    self._inherited.append(cluster)
-                from blockread._cluster import Cluster  # only Clients of several servers need it
-                cluster = Cluster(self._spec, self._connect_to, self._metadata,
-                                  resolve_interval=self.resolve_interval)
-                self._cluster_state = cluster
-            return cluster
+        """This process's Cluster (routed Clients only)."""
+        def make():
+            from blockread._cluster import Cluster  # only Clients of several servers need it
+            return Cluster(self._spec, self._connect_to, self._metadata,
+                           resolve_interval=self.resolve_interval)
+        return self._per_process("_cluster_state", make)
 
     def _connect_to(self, address):
         """A connection to one of several servers (the Cluster's)."""
