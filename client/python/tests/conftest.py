@@ -16,9 +16,9 @@ import sys
 import tempfile
 import time
 
+from forked import PACKAGE_ROOT  # noqa: E402  (imports nothing of gRPC)
+
 # The package first, so it sets GRPC_ENABLE_FORK_SUPPORT before anything imports grpc.
-HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE_ROOT = os.path.dirname(HERE)
 SOURCE_ROOT = os.path.dirname(os.path.dirname(PACKAGE_ROOT))
 if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
     # In place, as with PYTHONPATH=client/python. BLOCKREAD_TEST_INSTALLED=1 tests whatever

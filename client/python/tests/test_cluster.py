@@ -581,6 +581,7 @@ def test_replicas_need_the_same_version(images, tmp_path):
 FORK_SCRIPT = r"""
 import json, os, sys
 import blockread
+import forked
 targets, want = json.loads(sys.argv[1])
 c = blockread.Client(targets, timeout=10)
 reads = [("own0", 0, 100), ("shared", 5, 5), ("own2", 7, 70)]
@@ -595,7 +596,7 @@ if pid == 0:
               and c.read("own1", 0, 5) == blockread.Client(targets[1]).read("own1", 0, 5))
     finally:
         os._exit(0 if ok else 1)
-assert os.waitpid(pid, 0)[1] == 0, "child"
+assert forked.wait_for(pid) == 0, "child"
 assert c._cluster() is parent_cluster and [d.hex() for d in c.read_many(reads)] == want
 print("fork ok")
 """

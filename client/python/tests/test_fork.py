@@ -6,16 +6,14 @@ what is tested is what the package arranges itself.
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 
-import blockread
-import conftest
+import forked
 
 CHILD_SCRIPT = r"""
 import hashlib, json, multiprocessing, os, signal, sys
 import blockread
+import forked
 import grpc  # after blockread, as an application would
 
 assert os.environ.get("GRPC_ENABLE_FORK_SUPPORT") == "1", "the package did not set it"
@@ -42,8 +40,7 @@ def child(depth):
         pid = os.fork()
         if pid == 0:
             child(depth - 1)
-        _, status = os.waitpid(pid, 0)
-        if status != 0:
+        if forked.wait_for(pid) != 0:
             os._exit(3)
     os._exit(0)
 
@@ -53,8 +50,9 @@ for i in range(2):
     if pid == 0:
         child(depth=1 if i == 0 else 0)
     pids.append(pid)
-statuses = [os.waitpid(pid, 0)[1] for pid in pids]
-assert statuses == [0, 0], statuses
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+forked.exit_if_grpc_gave_up(*codes)
+assert codes == [0, 0], codes
 
 # The parent's client still works after its children made their own channels.
 assert check(client), "parent after fork"
@@ -76,12 +74,10 @@ print("fork ok")
 
 
 def run_script(script, *args, env_extra=None):
-    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
-    if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
-        env["PYTHONPATH"] = conftest.PACKAGE_ROOT
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    """`python -c script args` in a fresh interpreter (forked.run: again if grpcio's fork
+    handler ended one of its children)."""
+    return forked.run([sys.executable, "-c", script, *args], timeout=300,
+                      env=forked.fresh_env(**(env_extra or {})))
 
 
 def test_client_used_before_fork_works_in_children(served):
@@ -119,6 +115,7 @@ def test_grpc_imported_first_warns():
 FRESH_CHILD_SCRIPT = r"""
 import os, sys
 import blockread
+import forked
 target, want = sys.argv[1], sys.argv[2].encode()
 client = blockread.Client(target)  # made, never used, before the fork
 pid = os.fork()
@@ -128,8 +125,7 @@ if pid == 0:
         ok = client.read("tiny.txt", 0, len(want)) == want
     finally:
         os._exit(0 if ok else 1)
-_, status = os.waitpid(pid, 0)
-assert status == 0, status
+assert forked.wait_for(pid) == 0
 assert client.read("tiny.txt", 0, len(want)) == want
 print("fresh ok")
 """

@@ -10,17 +10,19 @@ import sys
 import pytest
 
 import conftest
+import forked
 
 SMOKE = r"""
 import os, sys
 import blockread
+import forked
 try:
     import torch
 except ImportError:
     pass
 else:
     import blockread.torch
-assert blockread.__file__.startswith(sys.prefix), blockread.__file__
+assert blockread.__file__.startswith(sys.prefix), blockread.__file__  # not the source tree's
 assert os.environ["GRPC_ENABLE_FORK_SUPPORT"] == "1"
 c = blockread.Client(sys.argv[1])
 assert c.read("tiny.txt", 0, 100).hex() == sys.argv[2]
@@ -28,7 +30,7 @@ assert c.read_many([("tiny.txt", 0, 100)] * 3) == [bytes.fromhex(sys.argv[2])] *
 pid = os.fork()
 if pid == 0:
     os._exit(0 if c.read("tiny.txt", 0, 100).hex() == sys.argv[2] else 1)
-assert os.waitpid(pid, 0)[1] == 0
+assert forked.wait_for(pid) == 0
 print("installed ok", blockread.__file__)
 """
 
@@ -56,7 +58,7 @@ def test_pip_install_into_a_venv(served, tmp_path):
     assert install.returncode == 0, install.stdout + install.stderr
     want = served.files["tiny.txt"][:100].hex()
     # From another directory, so nothing but the installed copy can be imported.
-    result = subprocess.run([str(venv / "bin" / "python"), "-c", SMOKE, served.target, want],
-                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = forked.run([str(venv / "bin" / "python"), "-c", SMOKE, served.target, want],
+                        timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"installed ok {venv}" in result.stdout

@@ -4,11 +4,10 @@ The scenarios are in torch_scenarios.py. Fork workers (DataLoader's default on L
 in a fresh interpreter, as a training script would; spawn and forkserver workers run them here.
 The two loaders of every sample run with fork; the scenarios about the datasets' own logic run
 with forkserver, so the suite starts few fork workers: each start carries grpcio 1.51's small
-risk of a failed fork (README "Python client"), which these tests are not about.
+risk of a failed fork (README "Python client"), which these tests are not about; forked.run
+starts a scenario again when that is how a worker died.
 """
 
-import os
-import subprocess
 import sys
 
 import pytest
@@ -17,7 +16,7 @@ pytest.importorskip(
     "torch", reason="torch is not installed (Debian: python3-torch); blockread.torch needs it")
 
 import blockread  # noqa: E402
-import conftest  # noqa: E402
+import forked  # noqa: E402
 import torch_scenarios  # noqa: E402
 from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: E402
 
@@ -27,12 +26,8 @@ OTHERS = sorted(set(torch_scenarios.SCENARIOS) - set(FORK))
 
 @pytest.mark.parametrize("scenario", FORK)
 def test_fork_workers(served, scenario):
-    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
-    if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
-        env["PYTHONPATH"] = conftest.PACKAGE_ROOT
-    result = subprocess.run([sys.executable, torch_scenarios.__file__, served.target,
-                             str(served.tree), scenario, "fork"], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = forked.run([sys.executable, torch_scenarios.__file__, served.target,
+                         str(served.tree), scenario, "fork"], timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{scenario} ok" in result.stdout
 

@@ -17,6 +17,7 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import blockread  # noqa: E402  (before torch and grpc: it sets GRPC_ENABLE_FORK_SUPPORT)
+import forked  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: E402
@@ -55,9 +56,27 @@ def samples_and_bytes(files):
     return samples, want
 
 
-def loader(ds, context, **kwargs):
-    return DataLoader(ds, num_workers=2, multiprocessing_context=context,
-                      timeout=LOADER_TIMEOUT, **kwargs)
+class loader:
+    """Iterates a DataLoader with two workers. When the loader fails because a worker died, the
+    workers' exit codes are in the error, and a death by grpcio's fork handler ends this script
+    with forked.GAVE_UP (torch says only "exited unexpectedly")."""
+
+    def __init__(self, ds, context, **kwargs):
+        self._loader = DataLoader(ds, num_workers=2, multiprocessing_context=context,
+                                  timeout=LOADER_TIMEOUT, **kwargs)
+        self.iterator = None
+
+    def __iter__(self):
+        self.iterator = iter(self._loader)
+        return self
+
+    def __next__(self):
+        try:
+            return next(self.iterator)
+        except RuntimeError as e:
+            codes = [w.exitcode for w in getattr(self.iterator, "_workers", ())]
+            forked.exit_if_grpc_gave_up(*codes)
+            raise RuntimeError(f"{e} (worker exit codes {codes})") from e
 
 
 def map_two_workers(target, files, context):
@@ -96,7 +115,7 @@ def iterable_small_pieces(target, files, context):
 
 def read_error_reaches_the_loop(target, files, context):
     ds = BlockReadDataset(target, [("tiny.txt", 0, 10), ("gone", 0, 10)])
-    batches = iter(loader(ds, context, batch_size=None))
+    batches = loader(ds, context, batch_size=None)
     try:
         list(batches)
     except blockread.NotFound as e:
@@ -105,7 +124,7 @@ def read_error_reaches_the_loop(target, files, context):
         raise AssertionError("no NotFound")
     finally:
         # The traceback keeps the iterator, its workers and their connections alive.
-        batches._shutdown_workers()
+        batches.iterator._shutdown_workers()
 
 
 SCENARIOS = {f.__name__: f for f in (map_two_workers, map_transform_and_batches,

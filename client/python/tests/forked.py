@@ -1,0 +1,69 @@
+"""Running the scenarios that fork a process that has used gRPC, and telling grpcio's own give-up
+apart from a real failure.
+
+grpcio 1.51's at-fork handler (GRPC_ENABLE_FORK_SUPPORT) ends a forked child with os.EX_USAGE (64)
+when gRPC Core has not shut down in the child within about 1.3 s. It logs "Failed to shutdown
+gRPC Core after fork()" to a logger grpc silences. On this shared 2-CPU machine under load that
+happened to 1 fork in about 300 (README "Python client"), whatever the child would have done: it
+is a limit of grpcio, not of blockread. A scenario script that sees a child end that way exits
+GAVE_UP, and run() starts it again, RUNS times in all. Every other outcome counts at once: wrong
+bytes, a hang, another exit status or a signal.
+
+The scripts import this module: run() puts this directory on their PYTHONPATH.
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(HERE)
+GRPC_FORK_HANDLER_EXIT = os.EX_USAGE  # what grpcio's handler passes to os._exit in the child
+GAVE_UP = 75  # a scenario's exit status: one of its children met GRPC_FORK_HANDLER_EXIT
+RUNS = 3
+
+
+def exit_if_grpc_gave_up(*exit_codes):
+    """In a scenario script (or a child that forked): ends this process with GAVE_UP if any of
+    the children's exit codes (os.waitstatus_to_exitcode, Process.exitcode) is grpcio's, or is
+    GAVE_UP from a child that met it in a grandchild."""
+    if GRPC_FORK_HANDLER_EXIT in exit_codes or GAVE_UP in exit_codes:
+        print(f"forked.py: a forked child exited {GRPC_FORK_HANDLER_EXIT}: gRPC Core did not "
+              f"shut down in it after fork() (grpcio 1.51); exit codes {list(exit_codes)}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(GAVE_UP)
+
+
+def wait_for(pid):
+    """os.waitpid(pid) as an exit code; GAVE_UP for this process if grpcio ended the child."""
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    exit_if_grpc_gave_up(code)
+    return code
+
+
+def fresh_env(**extra):
+    """The environment of a scenario's fresh interpreter: no GRPC_ENABLE_FORK_SUPPORT, so what
+    is tested is what the package arranges itself, and the package in place unless the
+    installed copy is under test (BLOCKREAD_TEST_INSTALLED=1)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = PACKAGE_ROOT
+    env.update(extra)
+    return env
+
+
+def run(argv, timeout, env=None, cwd=None):
+    """subprocess.run(argv) with captured text output, started again while it exits GAVE_UP
+    (RUNS runs in all). The result of the last run. env defaults to fresh_env(). This
+    directory holds no `blockread`, so a script still imports the copy env chooses."""
+    env = dict(fresh_env() if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
+    for attempt in range(1, RUNS + 1):
+        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                                timeout=timeout)
+        if result.returncode != GAVE_UP:
+            return result
+        warnings.warn(f"run {attempt} of {RUNS}: {result.stderr.strip().splitlines()[-1]}")
+    return result
