@@ -33,16 +33,21 @@
 namespace blockread::client {
 namespace {
 
-// What DeriveLoadSettings() aims for, from tests/bench/load_defaults_sweep.sh on one client CPU:
-// a stream's whole share of --qd in one message beat half of it in most cells (the stream then
-// refills in one go while the others keep the server busy), and at 128 KiB 8 reads a message
-// beat 2.
-// 4 streams of a few reads each (4x2 at --qd=8) beat one stream at small depths in three sweeps
-// (a stream that refills in one go leaves the server idle when it is the only one), and were
-// within noise of the best at 32 and 64.
-constexpr int kMinStreams = 4;       // per thread, given 2 reads in flight for each
-constexpr int kReadsPerStream = 16;  // beyond kMinStreams streams: a stream per this many reads
-constexpr int kMaxStreams = 8;       // per thread
+// What DeriveLoadSettings() aims for, from tests/bench/load_defaults_sweep.sh on one client CPU
+// (README "Load client and C++ client"):
+// - Two streams: a stream sends its next message only when a whole batch of its reads has
+//   come back, so with one stream the server would wait out every round trip. With 1-2
+//   streams, fewer and fuller messages cost the client and the server less per read; at
+//   4-16 KiB, 2 streams beat 4 at QD 32 and 64.
+// - More streams once over kStreamBytes are in flight on each, at most kMaxStreams. A stream's
+//   HTTP/2 flow-control window caps the bytes in flight on it: at 128 KiB x QD 32, 2x16 and
+//   1x32 ran at 0.69-0.78 of 4x8.
+// - A stream's share of --qd in one message, up to kMaxBatchReads reads and kBatchBytes. 16 was
+//   the largest batch tried, and it was the best, or within noise of it, at QD 32 and 64.
+constexpr int kMinStreams = 2;              // per thread, when --qd allows
+constexpr uint64_t kStreamBytes = 1 << 20;  // bytes of reads in flight per stream, beyond that
+constexpr int kMaxStreams = 4;              // per thread
+constexpr int kMaxBatchReads = 16;          // reads per request message at most
 constexpr uint64_t kBatchBytes = 1 << 20;  // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
@@ -835,9 +840,11 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   }
   s.streams = o.streams;
   if (s.streams == 0) {
-    const int by_depth = (o.queue_depth + kReadsPerStream - 1) / kReadsPerStream;
-    s.streams =
-        std::clamp(std::max(std::min(o.queue_depth / 2, kMinStreams), by_depth), 1, kMaxStreams);
+    const uint64_t bytes_in_flight = static_cast<uint64_t>(o.queue_depth) * o.block_size;
+    const uint64_t by_bytes = (bytes_in_flight + kStreamBytes - 1) / kStreamBytes;
+    s.streams = static_cast<int>(
+        std::clamp<uint64_t>(std::max<uint64_t>(kMinStreams, by_bytes), 1,
+                             static_cast<uint64_t>(std::min(o.queue_depth, kMaxStreams))));
     // An explicit --batch needs that many reads in flight on every stream.
     if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
   }
@@ -845,7 +852,7 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   s.batch = o.batch;
   if (s.batch == 0) {
     const int by_bytes = static_cast<int>(std::max<uint64_t>(1, kBatchBytes / o.block_size));
-    s.batch = std::clamp(depth, 1, by_bytes);
+    s.batch = std::clamp(depth, 1, std::min(kMaxBatchReads, by_bytes));
   }
   // One connection per thread: a thread's streams share it (more connections on one client CPU
   // cost more than they spread).

@@ -52,7 +52,7 @@ void LoadCommandLine::AddTo(CLI::App* command) {
       ->capture_default_str();
   command->add_option("--streams", o->streams,
                       "Streams per thread, --qd split over them (stream mode); default: derived "
-                      "from --qd");
+                      "from --qd and --bs");
   command->add_option(
       "--batch", o->batch,
       "Reads per stream message (stream mode); default: derived from --qd and --bs");

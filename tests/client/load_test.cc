@@ -76,9 +76,12 @@ TEST(LoadOptionsTest, DerivedSettings) {
       EXPECT_LE(s.channels, s.streams);
     }
   }
-  // More reads in flight: never fewer streams; bigger reads: never bigger batches.
+  // More reads in flight, or bigger ones: never fewer streams; bigger reads: never bigger
+  // batches.
   EXPECT_LE(derive({"--mode=stream", "--qd=8"}).streams,
             derive({"--mode=stream", "--qd=64"}).streams);
+  EXPECT_LE(derive({"--mode=stream", "--qd=32", "--bs=4k"}).streams,
+            derive({"--mode=stream", "--qd=32", "--bs=128k"}).streams);
   EXPECT_GE(derive({"--mode=stream", "--qd=32", "--bs=4k"}).batch,
             derive({"--mode=stream", "--qd=32", "--bs=128k"}).batch);
 
