@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from blockread.torch import BlockReadDataset, BlockReadIterableDataset  # noqa: E402
 
 # A worker that gets stuck fails the loader after this long instead of hanging the run.
-LOADER_TIMEOUT = 120
+LOADER_TIMEOUT = 60
 
 
 def digest(data):
