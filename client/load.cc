@@ -36,18 +36,18 @@ namespace {
 // What DeriveLoadSettings() aims for, from tests/bench/load_defaults_sweep.sh on one client CPU
 // (README "Load client and C++ client"):
 // - Two streams: a stream sends its next message only when a whole batch of its reads has
-//   come back, so with one stream the server would wait out every round trip. With 1-2
-//   streams, fewer and fuller messages cost the client and the server less per read; at
-//   4-16 KiB, 2 streams beat 4 at QD 32 and 64.
-// - More streams once over kStreamBytes are in flight on each, at most kMaxStreams. A stream's
-//   HTTP/2 flow-control window caps the bytes in flight on it: at 128 KiB x QD 32, 2x16 and
-//   1x32 ran at 0.69-0.78 of 4x8.
+//   come back, so with one stream the server would wait out every round trip. Beyond that,
+//   fewer and fuller messages cost the client and the server less per read: at 4-16 KiB, 2
+//   streams were as fast as 4, or faster, at QD 32 and 64 (within noise).
+// - More streams once over kBytesInFlightPerStream would be in flight on each, at most
+//   kMaxStreams. A stream's HTTP/2 flow-control window caps the bytes in flight on it: at
+//   128 KiB x QD 32, 2x16 and 1x32 ran at 0.69-0.78 of 4x8.
 // - A stream's share of --qd in one message, up to kMaxBatchReads reads and kBatchBytes. 16 was
 //   the largest batch tried, and it was the best, or within noise of it, at QD 32 and 64.
-constexpr int kMinStreams = 2;              // per thread, when --qd allows
-constexpr uint64_t kStreamBytes = 1 << 20;  // bytes of reads in flight per stream, beyond that
-constexpr int kMaxStreams = 4;              // per thread
-constexpr int kMaxBatchReads = 16;          // reads per request message at most
+constexpr int kMinStreams = 2;  // per thread, when --qd allows
+constexpr uint64_t kBytesInFlightPerStream = 1 << 20;  // a stream per this many, beyond kMinStreams
+constexpr int kMaxStreams = 4;      // per thread
+constexpr int kMaxBatchReads = 16;  // reads per request message at most
 constexpr uint64_t kBatchBytes = 1 << 20;  // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
@@ -840,11 +840,14 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
   }
   s.streams = o.streams;
   if (s.streams == 0) {
-    const uint64_t bytes_in_flight = static_cast<uint64_t>(o.queue_depth) * o.block_size;
-    const uint64_t by_bytes = (bytes_in_flight + kStreamBytes - 1) / kStreamBytes;
-    s.streams = static_cast<int>(
-        std::clamp<uint64_t>(std::max<uint64_t>(kMinStreams, by_bytes), 1,
-                             static_cast<uint64_t>(std::min(o.queue_depth, kMaxStreams))));
+    // --bs may be anything up to 2^64: capped first, so the product cannot wrap.
+    const uint64_t bytes_in_flight =
+        static_cast<uint64_t>(o.queue_depth) *
+        std::min<uint64_t>(o.block_size, kBytesInFlightPerStream * kMaxStreams);
+    const uint64_t by_bytes =
+        (bytes_in_flight + kBytesInFlightPerStream - 1) / kBytesInFlightPerStream;
+    s.streams = static_cast<int>(std::min<uint64_t>(
+        std::max<uint64_t>(kMinStreams, by_bytes), std::min(o.queue_depth, kMaxStreams)));
     // An explicit --batch needs that many reads in flight on every stream.
     if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
   }

@@ -58,9 +58,9 @@ struct LoadSettings {
 };
 
 // Fills in the settings left at 0 from --qd and --bs, as measured on one client CPU
-// (tests/bench/load_defaults_sweep.sh): 4 streams per thread (a stream per 2 reads below --qd=8,
-// a stream per 16 reads beyond --qd=64, at most 8), each stream's share sent in one message (at
-// most 1 MiB of reads), one channel per thread.
+// (tests/bench/load_defaults_sweep.sh): 2 streams per thread, or one per MiB of reads in flight
+// when that is more (at most 4, at most --qd), each stream's share sent in one message (at most
+// 16 reads and 1 MiB), one channel per thread. The reasons are in load.cc.
 // Returns an error when the explicit and derived values do not fit together (e.g. a --batch
 // larger than the reads in flight per stream); the error names the option.
 absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& options);

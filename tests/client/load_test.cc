@@ -74,8 +74,28 @@ TEST(LoadOptionsTest, DerivedSettings) {
       EXPECT_LE(s.batch, qd / s.streams) << "a stream carries at least a batch";
       EXPECT_GE(s.channels, 1);
       EXPECT_LE(s.channels, s.streams);
+      EXPECT_LE(s.streams, 4);
+      EXPECT_LE(s.batch, 16);
     }
   }
+  // The derivation the README states and the sweep measured (streams x share, batch).
+  struct Derived {
+    const char* qd;
+    const char* bs;
+    int streams, batch;
+  };
+  for (const Derived& want : {Derived{"1", "4k", 1, 1}, Derived{"8", "4k", 2, 4},
+                              Derived{"32", "4k", 2, 16}, Derived{"64", "16k", 2, 16},
+                              Derived{"8", "128k", 2, 4}, Derived{"32", "128k", 4, 8},
+                              Derived{"64", "128k", 4, 8}, Derived{"2", "1m", 2, 1}}) {
+    LoadSettings s = derive(
+        {"--mode=stream", absl::StrCat("--qd=", want.qd), absl::StrCat("--bs=", want.bs)});
+    EXPECT_EQ(s.streams, want.streams) << "--qd=" << want.qd << " --bs=" << want.bs;
+    EXPECT_EQ(s.batch, want.batch) << "--qd=" << want.qd << " --bs=" << want.bs;
+    EXPECT_EQ(s.channels, 1);
+  }
+  // A --bs that would wrap qd x bs still derives (1 GiB reads: 4 streams, a read each).
+  EXPECT_EQ(derive({"--mode=stream", "--qd=8", "--bs=1g"}).streams, 4);
   // More reads in flight, or bigger ones: never fewer streams; bigger reads: never bigger
   // batches.
   EXPECT_LE(derive({"--mode=stream", "--qd=8"}).streams,

@@ -16,10 +16,10 @@ import sys
 import tempfile
 import time
 
-from forked import PACKAGE_ROOT  # noqa: E402  (imports nothing of gRPC)
+from forked import PACKAGE_ROOT  # imports nothing of gRPC
 
-# The package first, so it sets GRPC_ENABLE_FORK_SUPPORT before anything imports grpc.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(PACKAGE_ROOT))
+# The package first, so it sets GRPC_ENABLE_FORK_SUPPORT before anything imports grpc.
 if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
     # In place, as with PYTHONPATH=client/python. BLOCKREAD_TEST_INSTALLED=1 tests whatever
     # `import blockread` finds instead (a pip-installed copy).

@@ -25,14 +25,15 @@ RUNS = 3
 
 
 def exit_if_grpc_gave_up(*exit_codes):
-    """In a scenario script (or a child that forked): ends this process with GAVE_UP if any of
-    the children's exit codes (os.waitstatus_to_exitcode, Process.exitcode) is grpcio's, or is
-    GAVE_UP from a child that met it in a grandchild."""
-    if GRPC_FORK_HANDLER_EXIT in exit_codes or GAVE_UP in exit_codes:
+    """In a scenario script (or a child that forked): ends this process with GAVE_UP when the
+    children that failed (exit codes from os.waitstatus_to_exitcode or Process.exitcode) all
+    failed by grpcio's give-up, GRPC_FORK_HANDLER_EXIT, or by GAVE_UP from a child that met it in
+    a grandchild. A child that failed otherwise is a real failure: then this returns."""
+    failed = [code for code in exit_codes if code]
+    if failed and all(code in (GRPC_FORK_HANDLER_EXIT, GAVE_UP) for code in failed):
         print(f"forked.py: a forked child exited {GRPC_FORK_HANDLER_EXIT}: gRPC Core did not "
               f"shut down in it after fork() (grpcio 1.51); exit codes {list(exit_codes)}",
               file=sys.stderr, flush=True)
-        sys.stdout.flush()
         os._exit(GAVE_UP)
 
 
@@ -65,5 +66,6 @@ def run(argv, timeout, env=None, cwd=None):
                                 timeout=timeout)
         if result.returncode != GAVE_UP:
             return result
-        warnings.warn(f"run {attempt} of {RUNS}: {result.stderr.strip().splitlines()[-1]}")
+        last_line = (result.stderr.strip().splitlines() or [""])[-1]
+        warnings.warn(f"run {attempt} of {RUNS} gave up: {last_line}")
     return result

@@ -596,7 +596,8 @@ if pid == 0:
               and c.read("own1", 0, 5) == blockread.Client(targets[1]).read("own1", 0, 5))
     finally:
         os._exit(0 if ok else 1)
-assert forked.wait_for(pid) == 0, "child"
+code = forked.wait_for(pid)
+assert code == 0, f"child: {code}"
 assert c._cluster() is parent_cluster and [d.hex() for d in c.read_many(reads)] == want
 print("fork ok")
 """

@@ -30,7 +30,8 @@ assert c.read_many([("tiny.txt", 0, 100)] * 3) == [bytes.fromhex(sys.argv[2])] *
 pid = os.fork()
 if pid == 0:
     os._exit(0 if c.read("tiny.txt", 0, 100).hex() == sys.argv[2] else 1)
-assert forked.wait_for(pid) == 0
+code = forked.wait_for(pid)
+assert code == 0, code
 print("installed ok", blockread.__file__)
 """
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 import sys
 
-if __name__ == "__main__":
+if __name__ == "__main__" and os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import blockread  # noqa: E402  (before torch and grpc: it sets GRPC_ENABLE_FORK_SUPPORT)
@@ -56,27 +56,31 @@ def samples_and_bytes(files):
     return samples, want
 
 
-class loader:
-    """Iterates a DataLoader with two workers. When the loader fails because a worker died, the
-    workers' exit codes are in the error, and a death by grpcio's fork handler ends this script
-    with forked.GAVE_UP (torch says only "exited unexpectedly")."""
+# Every Loader made, so that main() can name their workers' exit codes. Only when this file runs
+# as the scenario script (one scenario, then exit): under pytest a Loader must be able to go, and
+# its workers with it.
+LOADERS = [] if __name__ == "__main__" else None
+
+
+class Loader:
+    """A DataLoader with two workers, whose iterator (and so its workers) stays reachable."""
 
     def __init__(self, ds, context, **kwargs):
         self._loader = DataLoader(ds, num_workers=2, multiprocessing_context=context,
                                   timeout=LOADER_TIMEOUT, **kwargs)
         self.iterator = None
+        if LOADERS is not None:
+            LOADERS.append(self)
 
     def __iter__(self):
         self.iterator = iter(self._loader)
-        return self
+        return self.iterator
 
-    def __next__(self):
-        try:
-            return next(self.iterator)
-        except RuntimeError as e:
-            codes = [w.exitcode for w in getattr(self.iterator, "_workers", ())]
-            forked.exit_if_grpc_gave_up(*codes)
-            raise RuntimeError(f"{e} (worker exit codes {codes})") from e
+    def worker_exit_codes(self):
+        """Exit codes of the workers that have ended (torch's error says only "exited
+        unexpectedly", or names the code only when its SIGCHLD handler saw the death)."""
+        workers = getattr(self.iterator, "_workers", ())
+        return [w.exitcode for w in workers if w.exitcode is not None]
 
 
 def map_two_workers(target, files, context):
@@ -84,13 +88,13 @@ def map_two_workers(target, files, context):
     client = blockread.Client(target)
     client.read_many([("tiny.txt", 0, 10)])  # the parent has used its channel before forking
     ds = BlockReadDataset(client, samples)    # ... and lists the files (whole-file sizes)
-    assert list(loader(ds, context, batch_size=None)) == want  # every sample, once, in order
+    assert list(Loader(ds, context, batch_size=None)) == want  # every sample, once, in order
 
 
 def map_transform_and_batches(target, files, context):
     samples, want = samples_and_bytes(files)
     ds = BlockReadDataset(target, samples, transform=digest, max_read_bytes=64 << 10)
-    got = [d for batch in loader(ds, context, batch_size=8) for d in batch]
+    got = [d for batch in Loader(ds, context, batch_size=8) for d in batch]
     assert got == [digest(w) for w in want]
 
 
@@ -98,7 +102,7 @@ def iterable_two_workers(target, files, context):
     samples, want = samples_and_bytes(files)
     ds = BlockReadIterableDataset(target, samples, depth=16, batch=4)
     assert list(ds) == want  # no workers: all of it, in order, in this process first
-    got = list(loader(ds, context, batch_size=None))
+    got = list(Loader(ds, context, batch_size=None))
     assert len(got) == len(want)
     assert collections.Counter(map(digest, got)) == collections.Counter(map(digest, want))
     # Worker k reads samples k, k + 2, ...; the loader alternates between the workers.
@@ -109,13 +113,13 @@ def iterable_small_pieces(target, files, context):
     samples, want = samples_and_bytes(files)
     ds = BlockReadIterableDataset(target, samples, transform=digest,
                                   max_read_bytes=16 << 10, depth=8, batch=3)
-    got = list(loader(ds, context, batch_size=None))
+    got = list(Loader(ds, context, batch_size=None))
     assert sorted(got) == sorted(digest(w) for w in want)
 
 
 def read_error_reaches_the_loop(target, files, context):
     ds = BlockReadDataset(target, [("tiny.txt", 0, 10), ("gone", 0, 10)])
-    batches = loader(ds, context, batch_size=None)
+    batches = Loader(ds, context, batch_size=None)
     try:
         list(batches)
     except blockread.NotFound as e:
@@ -134,7 +138,14 @@ SCENARIOS = {f.__name__: f for f in (map_two_workers, map_transform_and_batches,
 
 def main():
     target, tree, scenario, context = sys.argv[1:5]
-    SCENARIOS[scenario](target, read_tree(tree), context)
+    try:
+        SCENARIOS[scenario](target, read_tree(tree), context)
+    except Exception as e:
+        codes = [code for loader in LOADERS for code in loader.worker_exit_codes()]
+        # A worker that grpcio's fork handler ended: forked.run starts this script again.
+        forked.exit_if_grpc_gave_up(*codes)
+        e.add_note(f"DataLoader workers' exit codes: {codes}")
+        raise
     print(f"{scenario} ok")
 
 
