@@ -44,11 +44,11 @@ namespace {
 //   128 KiB x QD 32, 2x16 and 1x32 ran at 0.69-0.78 of 4x8.
 // - A stream's share of --qd in one message, up to kMaxBatchReads reads and kBatchBytes. 16 was
 //   the largest batch tried, and it was the best, or within noise of it, at QD 32 and 64.
-constexpr int kMinStreams = 2;  // per thread, when --qd allows
+constexpr int kMinStreams = 2;                         // per thread, when --qd allows
 constexpr uint64_t kBytesInFlightPerStream = 1 << 20;  // a stream per this many, beyond kMinStreams
-constexpr int kMaxStreams = 4;      // per thread
-constexpr int kMaxBatchReads = 16;  // reads per request message at most
-constexpr uint64_t kBatchBytes = 1 << 20;  // bytes of reads per request message at most
+constexpr int kMaxStreams = 4;                         // per thread
+constexpr int kMaxBatchReads = 16;                     // reads per request message at most
+constexpr uint64_t kBatchBytes = 1 << 20;              // bytes of reads per request message at most
 
 // The load's own clock, steady like the server's (both are CLOCK_MONOTONIC on Linux), in ns.
 uint64_t MonotonicNowNs() {
@@ -846,8 +846,8 @@ absl::StatusOr<LoadSettings> DeriveLoadSettings(const LoadOptions& o) {
         std::min<uint64_t>(o.block_size, kBytesInFlightPerStream * kMaxStreams);
     const uint64_t by_bytes =
         (bytes_in_flight + kBytesInFlightPerStream - 1) / kBytesInFlightPerStream;
-    s.streams = static_cast<int>(std::min<uint64_t>(
-        std::max<uint64_t>(kMinStreams, by_bytes), std::min(o.queue_depth, kMaxStreams)));
+    s.streams = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(kMinStreams, by_bytes),
+                                                    std::min(o.queue_depth, kMaxStreams)));
     // An explicit --batch needs that many reads in flight on every stream.
     if (o.batch > 0) s.streams = std::min(s.streams, o.queue_depth / o.batch);
   }

@@ -84,12 +84,12 @@ TEST(LoadOptionsTest, DerivedSettings) {
     const char* bs;
     int streams, batch;
   };
-  for (const Derived& want : {Derived{"1", "4k", 1, 1}, Derived{"8", "4k", 2, 4},
-                              Derived{"32", "4k", 2, 16}, Derived{"64", "16k", 2, 16},
-                              Derived{"8", "128k", 2, 4}, Derived{"32", "128k", 4, 8},
-                              Derived{"64", "128k", 4, 8}, Derived{"2", "1m", 2, 1}}) {
-    LoadSettings s = derive(
-        {"--mode=stream", absl::StrCat("--qd=", want.qd), absl::StrCat("--bs=", want.bs)});
+  for (const Derived& want :
+       {Derived{"1", "4k", 1, 1}, Derived{"8", "4k", 2, 4}, Derived{"32", "4k", 2, 16},
+        Derived{"64", "16k", 2, 16}, Derived{"8", "128k", 2, 4}, Derived{"32", "128k", 4, 8},
+        Derived{"64", "128k", 4, 8}, Derived{"2", "1m", 2, 1}}) {
+    LoadSettings s =
+        derive({"--mode=stream", absl::StrCat("--qd=", want.qd), absl::StrCat("--bs=", want.bs)});
     EXPECT_EQ(s.streams, want.streams) << "--qd=" << want.qd << " --bs=" << want.bs;
     EXPECT_EQ(s.batch, want.batch) << "--qd=" << want.qd << " --bs=" << want.bs;
     EXPECT_EQ(s.channels, 1);
