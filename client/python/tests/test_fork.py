@@ -125,7 +125,8 @@ if pid == 0:
         ok = client.read("tiny.txt", 0, len(want)) == want
     finally:
         os._exit(0 if ok else 1)
-assert forked.wait_for(pid) == 0
+code = forked.wait_for(pid)
+assert code == 0, code
 assert client.read("tiny.txt", 0, len(want)) == want
 print("fresh ok")
 """

@@ -22,7 +22,7 @@ except ImportError:
     pass
 else:
     import blockread.torch
-assert blockread.__file__.startswith(sys.prefix), blockread.__file__  # not the source tree's
+assert blockread.__file__.startswith(sys.prefix), blockread.__file__
 assert os.environ["GRPC_ENABLE_FORK_SUPPORT"] == "1"
 c = blockread.Client(sys.argv[1])
 assert c.read("tiny.txt", 0, 100).hex() == sys.argv[2]
