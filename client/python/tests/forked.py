@@ -13,8 +13,10 @@ The scripts import this module: run() puts this directory on their PYTHONPATH.
 """
 
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,15 +57,41 @@ def fresh_env(**extra):
     return env
 
 
+def run_once(argv, timeout, env, cwd):
+    """subprocess.run(argv, capture_output=True, text=True, timeout=timeout), except that the
+    script runs in its own process group, its output goes to files and, when it has ended, every
+    process left in its group is killed. A scenario that ends (GAVE_UP, or a failure) while one
+    of its forked children still lives must not hold the test until the timeout: with pipes, the
+    straggler's inherited stdout kept communicate() waiting for 600 s."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=err, text=True,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code is None:
+        raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
 def run(argv, timeout, env=None, cwd=None):
-    """subprocess.run(argv) with captured text output, started again while it exits GAVE_UP
+    """run_once(argv) with captured text output, started again while it exits GAVE_UP
     (RUNS runs in all). The result of the last run. env defaults to fresh_env(). This
     directory holds no `blockread`, so a script still imports the copy env chooses."""
     env = dict(fresh_env() if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
     for attempt in range(1, RUNS + 1):
-        result = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
-                                timeout=timeout)
+        result = run_once(argv, timeout, env, cwd)
         if result.returncode != GAVE_UP:
             return result
         last_line = (result.stderr.strip().splitlines() or [""])[-1]

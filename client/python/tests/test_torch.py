@@ -27,7 +27,7 @@ OTHERS = sorted(set(torch_scenarios.SCENARIOS) - set(FORK))
 @pytest.mark.parametrize("scenario", FORK)
 def test_fork_workers(served, scenario):
     result = forked.run([sys.executable, torch_scenarios.__file__, served.target,
-                         str(served.tree), scenario, "fork"], timeout=600)
+                         str(served.tree), scenario, "fork"], timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{scenario} ok" in result.stdout
 
