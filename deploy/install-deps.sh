@@ -33,6 +33,8 @@ packages=(
 [ "$set" = build ] || packages+=(
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape
   libgtest-dev libgmock-dev util-linux mount fdisk e2fsprogs xfsprogs btrfs-progs fio curl
+  # tests: ccache, so that the test command's rebuilds of its four trees compile only what changed
+  ccache
   # tests: the libFuzzer targets (tests/fuzz), built with clang and its fuzzer runtime
   clang-14 libclang-rt-14-dev
   # tests: devices that stall or fail on demand (nbdkit filters, exposed as a file by nbdfuse)
@@ -41,9 +43,10 @@ packages=(
   qemu-utils jq valgrind
   # Python client (client/python) and its tests: Debian's python3 with gRPC and protobuf (stubs
   # from protoc + grpc_python_plugin, above), pytest, venv/pip/setuptools for the offline
-  # pip install test, openssl for test certificates, torch for blockread.torch (~150 MB)
+  # pip install test, openssl for test certificates, torch for blockread.torch (~150 MB), mypy
+  # for the package's type hints
   python3 python3-grpcio python3-protobuf python3-pytest python3-venv python3-pip
-  python3-setuptools openssl python3-torch
+  python3-setuptools openssl python3-torch python3-mypy
   # `blockread load --report` is checked in a real browser: headless Chromium renders the page
   chromium
 )
