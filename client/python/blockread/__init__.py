@@ -2,7 +2,9 @@
 
     import blockread
     c = blockread.Client("127.0.0.1:7420")
+    c.read("hello.txt")                                # the whole file, as bytes
     c.read("hello.txt", 0, 4096)                       # bytes (fewer at the end of the file)
+    c.read_into("hello.txt", 0, buffer)                # into a bytearray/memoryview/numpy array
     c.read_many([("random-4m", 0, 4096), ...])         # list of bytes, one stream, batched
     c.stat("hello.txt"); c.ls(); c.stats(); c.explain("fragmented", 0, 65536)
 
@@ -12,33 +14,56 @@ to another replica on UNAVAILABLE; ls() shows each file's `servers`; stats() and
 per server ({address: answer}, or server= one of them).
 
 Errors are blockread.Error subclasses (NotFound, OutOfRange, ...) with `.code`, a
-grpc.StatusCode. PyTorch datasets are in blockread.torch (when torch is installed).
+grpc.StatusCode; those with a builtin meaning subclass it too (NotFound is a FileNotFoundError).
+PyTorch datasets are in blockread.torch (when torch is installed).
+
+Fork support: gRPC needs GRPC_ENABLE_FORK_SUPPORT=1 before grpc is imported for forked children
+(DataLoader workers) to be safe. `import blockread` alone sets nothing and imports no gRPC; the
+first use of a name below that needs gRPC (Client, the errors, pb, ...) or an explicit
+blockread.enable_fork_support() sets it, unless the environment already has a value.
 """
 
-import os
-import sys
-import warnings
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# gRPC Python channels do not survive fork(), and grpcio 1.51 can hang in a child whose parent
-# already used a channel unless fork support is on; it is read once, when grpc is imported.
-# DataLoader workers fork, so the package turns it on (a value the user set is kept).
-if "grpc" in sys.modules and "GRPC_ENABLE_FORK_SUPPORT" not in os.environ:
-    warnings.warn("blockread: grpc was imported before blockread, so GRPC_ENABLE_FORK_SUPPORT=1 "
-                  "came too late; forked children (DataLoader workers) may hang. Import "
-                  "blockread first or set GRPC_ENABLE_FORK_SUPPORT=1 in the environment.",
-                  stacklevel=2)
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
+from blockread._fork import enable_fork_support
 
-from blockread._client import DEFAULT_MAX_READ_BYTES, DEFAULT_TARGET, Client, FileInfo  # noqa: E402
-from blockread._proto.blockread.v1 import blockread_pb2 as pb  # noqa: E402
-from blockread.errors import (  # noqa: E402
-    DataLoss, DeadlineExceeded, Error, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
-    PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable)
+# The one version: the top-level CMakeLists.txt's project(VERSION) (tests/test_version.py).
+__version__ = "0.3.0"
 
-__version__ = "0.1.0"
+# name -> the module that defines it; imported on first use, after enable_fork_support().
+_LAZY = {
+    "Client": "blockread._client", "FileInfo": "blockread._client",
+    "DEFAULT_TARGET": "blockread._client", "DEFAULT_MAX_READ_BYTES": "blockread._client",
+    "Stats": "blockread._messages", "Explanation": "blockread._messages",
+}
+_ERRORS = ["Error", "NotFound", "OutOfRange", "InvalidArgument", "PermissionDenied",
+           "Unauthenticated", "Unavailable", "DataLoss", "ResourceExhausted", "DeadlineExceeded",
+           "FailedPrecondition"]
+_LAZY.update({name: "blockread.errors" for name in _ERRORS})
 
-__all__ = [
-    "Client", "FileInfo", "pb", "DEFAULT_TARGET", "DEFAULT_MAX_READ_BYTES",
-    "Error", "NotFound", "OutOfRange", "InvalidArgument", "PermissionDenied", "Unauthenticated",
-    "Unavailable", "DataLoss", "ResourceExhausted", "DeadlineExceeded", "FailedPrecondition",
-]
+if TYPE_CHECKING:
+    from blockread._client import (DEFAULT_MAX_READ_BYTES, DEFAULT_TARGET, Client,  # noqa: F401
+                                   FileInfo)
+    from blockread._messages import Explanation, Stats  # noqa: F401
+    from blockread._proto.blockread.v1 import blockread_pb2 as pb  # noqa: F401
+    from blockread.errors import (DataLoss, DeadlineExceeded, Error,  # noqa: F401
+                                  FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
+                                  PermissionDenied, ResourceExhausted, Unauthenticated,
+                                  Unavailable)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "pb":
+        enable_fork_support()
+        value: Any = importlib.import_module("blockread._proto.blockread.v1.blockread_pb2")
+    elif name in _LAZY:
+        enable_fork_support()
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'blockread' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+__all__ = ["enable_fork_support", "pb", "__version__"] + sorted(_LAZY)

@@ -10,10 +10,15 @@ import ipaddress
 import os
 import threading
 import warnings
+from typing import (Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union)
 
-import grpc
+from blockread._fork import enable_fork_support
 
-from blockread import errors
+enable_fork_support()  # this module is imported by the package's functions only (see _fork)
+
+import grpc  # noqa: E402
+
+from blockread import _messages, _wire, errors  # noqa: E402
 from blockread._proto.blockread.v1 import blockread_pb2 as pb
 from blockread._proto.blockread.v1 import blockread_pb2_grpc as pb_grpc
 from blockread._routing import RESOLVE_INTERVAL, BackoffPolicy, TargetSpec
@@ -22,9 +27,15 @@ DEFAULT_TARGET = "127.0.0.1:7420"
 # A method's `timeout` when not given: the Client's. (None means no deadline.)
 _DEFAULT = object()
 # The server's default max_read_bytes (storage/engine_config.h). The server does not announce its
-# limit; a client of a server run with --max-read-bytes passes that value where it matters
-# (BlockReadDataset's whole-file pieces).
+# limit (no GetServerInfo, FileInfo has no such field); a client of a server run with
+# --max-read-bytes passes that value (Client(max_read_bytes=)) and reads of any length are split
+# into pieces of it.
 DEFAULT_MAX_READ_BYTES = 1 << 20
+# (file, offset, length)
+Read = Tuple[str, int, int]
+# What read_into fills: anything with a writable, C-contiguous buffer (bytearray, memoryview,
+# mmap, a numpy array, a torch tensor's .numpy()).
+WritableBuffer = Any
 
 # Channel arguments, the C++ client's (client/blockread_client.cc) and for the same reasons.
 _CHANNEL_OPTIONS = [
@@ -113,6 +124,15 @@ class _Connection:
         self.stub = pb_grpc.BlockReadStub(self.channel)
         self.pid = os.getpid()
         self._health = None
+        # The zero-copy reads' calls: the same methods, answers parsed by _wire (memoryviews).
+        self.read_block_raw = self.channel.unary_unary(
+            "/blockread.v1.BlockRead/ReadBlock",
+            request_serializer=pb.ReadBlockRequest.SerializeToString,
+            response_deserializer=_wire.parse_read_block)
+        self.read_blocks_raw = self.channel.stream_stream(
+            "/blockread.v1.BlockRead/ReadBlocks",
+            request_serializer=pb.ReadBlocksRequest.SerializeToString,
+            response_deserializer=_wire.parse_read_blocks)
 
     def health_stub(self):
         if self._health is None:
@@ -167,9 +187,12 @@ class Client:
     Picklable: the pickle holds the settings, not the connection.
     """
 
-    def __init__(self, target=DEFAULT_TARGET, *, token=None, ca=None, cert=None, key=None,
-                 tls=None, server_name=None, timeout=10.0, depth=128, batch=32,
-                 max_read_bytes=DEFAULT_MAX_READ_BYTES, resolve_interval=RESOLVE_INTERVAL):
+    def __init__(self, target: Union[str, Sequence[str]] = DEFAULT_TARGET, *,
+                 token: Optional[str] = None, ca: Any = None, cert: Any = None, key: Any = None,
+                 tls: Optional[bool] = None, server_name: Optional[str] = None,
+                 timeout: Optional[float] = 10.0, depth: int = 128, batch: int = 32,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+                 resolve_interval: float = RESOLVE_INTERVAL) -> None:
         spec = TargetSpec(target)  # TypeError, ValueError for a malformed target
         if spec.fixed is None:
             # Several servers: what names them must resolve now (a missing @FILE, a name that
@@ -284,7 +307,7 @@ class Client:
     def _timeout(self, timeout):
         return self.timeout if timeout is _DEFAULT else timeout
 
-    def close(self):
+    def close(self) -> None:
         """Closes this process's channels. The Client makes new ones if it is used again."""
         with self._lock:
             connection, self._connection = self._connection, None
@@ -309,7 +332,7 @@ class Client:
         except Exception:  # noqa: BLE001 - interpreter shutdown, a half-made Client
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc):
@@ -317,18 +340,97 @@ class Client:
 
     # --- Reads ---
 
-    def read(self, file, offset, length, *, timeout=_DEFAULT):
-        """`length` bytes of `file` from `offset`: fewer when the read runs past the end of the
-        file, none at exactly the end. One ReadBlock RPC; `length` must be 1 .. the server's
-        max_read_bytes. Raises a blockread.Error subclass (NotFound, OutOfRange, ...).
-        With several servers: to one replica of `file`, another on UNAVAILABLE."""
+    def read(self, file: str, offset: int = 0, length: Optional[int] = None, *,
+             timeout: Any = _DEFAULT) -> bytes:
+        """`length` bytes of `file` from `offset` (default: to the end of the file): fewer when
+        the read runs past the end of the file, none at exactly the end.
+
+        Up to max_read_bytes this is one ReadBlock RPC; a longer read is split into pieces of
+        max_read_bytes read over one ReadBlocks stream, and joined into one bytes. length=None
+        asks the server the file's size first (StatFile). Raises a blockread.Error subclass
+        (NotFound, OutOfRange, ...). With several servers: to one replica of `file`, another on
+        UNAVAILABLE."""
+        if length is None:
+            size = self.stat(file, timeout=timeout).size
+            if offset > size:
+                raise errors.OutOfRange(f"offset {offset} is beyond the end of {file} "
+                                        f"(size {size})")
+            length = size - offset
+            if length == 0:
+                return b""
+        if length > self.max_read_bytes:
+            # Pieces past the end of the file would fail: clip to its size.
+            length = min(length, max(0, self.stat(file, timeout=timeout).size - offset))
+            if length == 0:  # offset at the end (or past it: the server says OutOfRange)
+                return self.read(file, offset, 1, timeout=timeout)
+            return b"".join(self.read_many(_split(file, offset, length, self.max_read_bytes),
+                                           timeout=timeout))
         if self._routed:
             return self._cluster().read(file, offset, length, self._timeout(timeout))
         request = pb.ReadBlockRequest(file=file, offset=offset, length=length)
         return self._unary(self._conn().stub.ReadBlock, request,
                            self._timeout(timeout)).data
 
-    def read_many(self, reads, *, timeout=_DEFAULT, depth=None, batch=None):
+    def read_into(self, file: str, offset: int, buffer: WritableBuffer, *,
+                  timeout: Any = _DEFAULT) -> int:
+        """Reads `file` from `offset` into `buffer` (a writable C-contiguous buffer: bytearray,
+        memoryview, numpy array, mmap), as many bytes as it holds (fewer at the end of the file)
+        and returns how many were read. Reads longer than max_read_bytes go in pieces over one
+        stream, each copied into its place as it comes.
+
+        Copies left: gRPC's one bytes per response message (at most max_read_bytes, freed once
+        copied), and the copy from it into `buffer`; no bytes of the whole read is made. With
+        several servers the pieces are routed as read_many's and copied the same way (their
+        messages are parsed by protobuf: one more copy each)."""
+        return self.read_many_into([(file, offset, buffer)], timeout=timeout)[0]
+
+    def read_many_into(self, reads: Iterable[Tuple[str, int, WritableBuffer]], *,
+                       timeout: Any = _DEFAULT, depth: Optional[int] = None,
+                       batch: Optional[int] = None) -> List[int]:
+        """read_into for every (file, offset, buffer) of `reads`, over one ReadBlocks stream
+        (read_many's depth, batch, routing and errors; `.index` is the position in `reads`).
+        Returns the number of bytes read into each buffer (fewer than its size at the end of
+        its file)."""
+        views: List[memoryview] = []
+        pieces: List[Read] = []
+        owner: List[Tuple[int, int]] = []  # piece -> (read index, offset in its buffer)
+        sizes: dict = {}
+        for index, (file, offset, buffer) in enumerate(reads):
+            view = memoryview(buffer)
+            if view.readonly:
+                raise TypeError(f"read_many_into item {index}: the buffer is read-only")
+            if not view.c_contiguous:
+                raise TypeError(f"read_many_into item {index}: the buffer is not C-contiguous")
+            view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+            views.append(view)
+            length = view.nbytes
+            if length > self.max_read_bytes:
+                # Pieces past the end of the file would fail: clip to its size (one StatFile
+                # per file of a buffer that takes several pieces).
+                if file not in sizes:
+                    sizes[file] = self.stat(file, timeout=timeout).size
+                length = max(1, min(length, sizes[file] - offset))
+            for at in range(0, length, self.max_read_bytes):
+                pieces.append((file, offset + at, min(self.max_read_bytes, length - at)))
+                owner.append((index, at))
+        counts = [0] * len(views)
+        if not pieces:
+            return counts
+        timeout = self._timeout(timeout)
+        if self._routed:
+            results: Iterable[Tuple[int, Any]] = enumerate(self._cluster().read_many(
+                pieces, timeout, depth or self.depth, batch or self.batch))
+        else:
+            results = self._stream(pieces, timeout, depth, batch, raw=True)
+        for piece, data in results:
+            index, at = owner[piece]
+            n = len(data)
+            views[index][at:at + n] = data
+            counts[index] = max(counts[index], at + n)
+        return counts
+
+    def read_many(self, reads: Iterable[Read], *, timeout: Any = _DEFAULT,
+                  depth: Optional[int] = None, batch: Optional[int] = None) -> List[bytes]:
         """The bytes of every (file, offset, length) in `reads`, as a list in request order.
 
         One ReadBlocks stream, `batch` reads to a message, at most `depth` reads in flight (the
@@ -346,7 +448,7 @@ class Client:
         if self._routed:
             return self._cluster().read_many(reads, self._timeout(timeout), depth or self.depth,
                                              batch or self.batch)
-        results = [None] * len(reads)
+        results: List[Any] = [None] * len(reads)
         if not reads:
             return results
         for index, data in self._stream(reads, self._timeout(timeout),
@@ -354,7 +456,9 @@ class Client:
             results[index] = data
         return results
 
-    def read_iter(self, reads, *, depth=None, batch=None, timeout=None):
+    def read_iter(self, reads: Iterable[Read], *, depth: Optional[int] = None,
+                  batch: Optional[int] = None, timeout: Optional[float] = None
+                  ) -> Iterator[bytes]:
         """Yields the bytes of each (file, offset, length) of the iterable `reads`, in order.
 
         Like read_many, over one stream, but lazy: `reads` may be a generator of any length, and
@@ -372,11 +476,12 @@ class Client:
         for _, data in self._stream(reads, timeout, depth, batch):
             yield data
 
-    def _stream(self, reads, timeout, depth, batch):  # one server
-        """Yields (index, bytes) in request order; see read_many."""
+    def _stream(self, reads, timeout, depth, batch, raw=False):  # one server
+        """Yields (index, bytes) in request order; see read_many. raw: (index, memoryview)."""
         stream = _ReadStream(reads, depth or self.depth, batch or self.batch)
-        call = self._conn().stub.ReadBlocks(stream.requests(), timeout=timeout,
-                                            metadata=self._metadata)
+        connection = self._conn()
+        method = connection.read_blocks_raw if raw else connection.stub.ReadBlocks
+        call = method(stream.requests(), timeout=timeout, metadata=self._metadata)
         try:
             yield from stream.results(call)
         finally:
@@ -385,7 +490,7 @@ class Client:
 
     # --- Files and the server ---
 
-    def stat(self, file, *, timeout=_DEFAULT):
+    def stat(self, file: str, *, timeout: Any = _DEFAULT) -> FileInfo:
         """The FileInfo of `file`. Raises NotFound for an unknown name. With several servers, one
         replica answers; `servers` lists them all."""
         if self._routed:
@@ -394,7 +499,7 @@ class Client:
                                                pb.StatFileRequest(file=file),
                                                self._timeout(timeout)), servers=(self.target,))
 
-    def ls(self, *, page_size=1000, timeout=_DEFAULT):
+    def ls(self, *, page_size: int = 1000, timeout: Any = _DEFAULT) -> List[FileInfo]:
         """Every served file, in name order, as FileInfo (all pages; `timeout` is per page).
 
         With several servers: every server is listed now, and each name appears once, with the
@@ -404,7 +509,8 @@ class Client:
         """
         if self._routed:
             return self._cluster().ls(page_size, self._timeout(timeout))
-        files, token = [], ""
+        files: List[FileInfo] = []
+        token = ""
         while True:
             response = self._unary(self._conn().stub.ListFiles,
                                    pb.ListFilesRequest(page_size=page_size, page_token=token),
@@ -415,33 +521,38 @@ class Client:
             if not token:
                 return files
 
-    def stats(self, *, server=None, timeout=_DEFAULT):
-        """The server's statistics: a blockread.pb.GetStatsResponse message (per path, per
-        fallback reason, per device, per worker; see proto/blockread/v1/blockread.proto).
+    def stats(self, *, server: Optional[str] = None, timeout: Any = _DEFAULT) -> Any:
+        """The server's statistics: a blockread.Stats, a frozen dataclass of GetStatsResponse's
+        fields (per path, per fallback reason, per device, per worker; enums as names; see
+        proto/blockread/v1/blockread.proto and blockread/_messages.py).
 
         server: the address of one of the Client's servers (`servers`), or None. With several
-        servers and server=None: {address: GetStatsResponse} for every server, asked at once; a
+        servers and server=None: {address: Stats} for every server, asked at once; a
         server that could not be asked maps to its blockread.Error (returned, not raised).
         """
         timeout = self._timeout(timeout)
         if self._routed:
             return self._cluster().each_server(
-                lambda c: self._unary(c.stub.GetStats, pb.GetStatsRequest(), timeout), server)
+                lambda c: _messages.to_dataclass(
+                    self._unary(c.stub.GetStats, pb.GetStatsRequest(), timeout)), server)
         self._only_server(server)
-        return self._unary(self._conn().stub.GetStats, pb.GetStatsRequest(), timeout)
+        return _messages.to_dataclass(
+            self._unary(self._conn().stub.GetStats, pb.GetStatsRequest(), timeout))
 
-    def explain(self, file, offset, length, *, timeout=_DEFAULT):
+    def explain(self, file: str, offset: int, length: int, *, timeout: Any = _DEFAULT) -> Any:
         """Which extents the range touches and which path a read of it would take, and why: a
-        blockread.pb.ExplainResponse message (`.path`, `.fallback` are enum numbers; use
-        blockread.pb.ReadPath.Name() and blockread.pb.FallbackReason.Name() for names).
+        blockread.Explanation, a frozen dataclass of ExplainResponse's fields (`.path` "SIMPLE"
+        or "GENERIC", `.fallback` a FallbackReason name, `.reason`, `.file`, `.extents`).
         With several servers, a replica of `file` answers."""
         if self._routed:
-            return self._cluster().explain(file, offset, length, self._timeout(timeout))
-        return self._unary(self._conn().stub.Explain,
-                           pb.ExplainRequest(file=file, offset=offset, length=length),
-                           self._timeout(timeout))
+            return _messages.to_dataclass(
+                self._cluster().explain(file, offset, length, self._timeout(timeout)))
+        return _messages.to_dataclass(self._unary(
+            self._conn().stub.Explain, pb.ExplainRequest(file=file, offset=offset, length=length),
+            self._timeout(timeout)))
 
-    def health(self, service="", *, server=None, timeout=_DEFAULT):
+    def health(self, service: str = "", *, server: Optional[str] = None,
+               timeout: Any = _DEFAULT) -> Any:
         """The grpc.health.v1 status of `service` ("" = the server) as a name: "SERVING", ...
 
         server: as for stats(); with several servers and server=None, {address: name, or the
@@ -458,6 +569,11 @@ class Client:
             return self._cluster().each_server(check, server)
         self._only_server(server)
         return check(self._conn())
+
+
+def _split(file: str, offset: int, length: int, piece: int) -> List[Read]:
+    """The reads of at most `piece` bytes that make up (file, offset, length)."""
+    return [(file, offset + at, min(piece, length - at)) for at in range(0, length, piece)]
 
 
 class _ReadStream:

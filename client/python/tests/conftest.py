@@ -26,6 +26,8 @@ if os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
     sys.path.insert(0, PACKAGE_ROOT)
 import blockread  # noqa: E402
 
+blockread.enable_fork_support()  # before the test modules import grpc
+
 import pytest  # noqa: E402
 
 from google.protobuf import text_format  # noqa: E402

@@ -1,5 +1,6 @@
 """blockread.Client against real blockread-server processes, byte for byte."""
 
+import dataclasses
 import pickle
 import random
 
@@ -153,13 +154,14 @@ def test_ls_pages(served, client):
 def test_stats_and_explain(served, client):
     client.read("block", 0, 4096)
     stats = client.stats()
-    assert isinstance(stats, blockread.pb.GetStatsResponse)
+    assert isinstance(stats, blockread.Stats) and dataclasses.is_dataclass(stats)
     assert sum(p.reads for p in stats.paths) >= 1
     assert stats.version
     explained = client.explain("big.bin", 0, 65536)
-    assert isinstance(explained, blockread.pb.ExplainResponse)
+    assert isinstance(explained, blockread.Explanation) and dataclasses.is_dataclass(explained)
     assert explained.file.name == "big.bin"
-    assert blockread.pb.ReadPath.Name(explained.path) in ("SIMPLE", "GENERIC")
+    assert explained.path in ("SIMPLE", "GENERIC")
+    assert pickle.loads(pickle.dumps(explained)) == explained
     assert explained.reason
     assert client.health() == "SERVING"
 
@@ -203,6 +205,9 @@ def test_not_found(client):
     check(e.value, blockread.NotFound, grpc.StatusCode.NOT_FOUND)
     assert "no-such-file" in e.value.message
     assert e.value.index is None
+    assert isinstance(e.value, FileNotFoundError)
+    with pytest.raises(FileNotFoundError):  # as code written for local files catches it
+        client.read("no-such-file")
     with pytest.raises(blockread.NotFound):
         client.stat("no-such-file")
     with pytest.raises(blockread.NotFound):
@@ -228,9 +233,11 @@ def test_invalid_argument(served, client):
     with pytest.raises(blockread.InvalidArgument) as e:
         client.read("big.bin", 0, 0)
     check(e.value, blockread.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT)
+    # read() splits a long read (test_read_into.py); read_many sends each item as it is.
     with pytest.raises(blockread.InvalidArgument) as e:
-        client.read("big.bin", 0, (1 << 20) + 1)
+        client.read_many([("big.bin", 0, (1 << 20) + 1)])
     assert "max_read_bytes" in e.value.message
+    assert isinstance(e.value, ValueError)
     with pytest.raises(blockread.InvalidArgument) as e:
         client.read_many([("big.bin", 0, 1), ("big.bin", 0, 1), ("big.bin", 0, 0)])
     assert e.value.index == 2

@@ -296,7 +296,7 @@ def test_one_server_keeps_its_calls(served):
     """One address: the one-server Client, whose stats() and health() answer for it alone."""
     c = blockread.Client([served.target])
     assert c.servers == [served.target] and not c._routed
-    assert isinstance(c.stats(server=served.target), pb.GetStatsResponse)
+    assert isinstance(c.stats(server=served.target), blockread.Stats)
     assert c.health(server=served.target) == "SERVING"
     with pytest.raises(ValueError):
         c.stats(server="127.0.0.1:1")
@@ -372,7 +372,7 @@ def test_three_servers_ls_read_and_spread(trio, images, request):
     assert c.stat("own1").size == OWN_SIZE
     assert c.explain("own2", 0, 4096).file.name == "own2"
     assert c.health() == {t: "SERVING" for t in targets}
-    assert isinstance(c.stats(server=targets[1]), pb.GetStatsResponse)
+    assert isinstance(c.stats(server=targets[1]), blockread.Stats)
     with pytest.raises(ValueError):
         c.stats(server="127.0.0.1:1")
 

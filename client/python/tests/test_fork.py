@@ -14,18 +14,19 @@ CHILD_SCRIPT = r"""
 import hashlib, json, multiprocessing, os, signal, sys
 import blockread
 import forked
-import grpc  # after blockread, as an application would
-
-assert os.environ.get("GRPC_ENABLE_FORK_SUPPORT") == "1", "the package did not set it"
+assert "GRPC_ENABLE_FORK_SUPPORT" not in os.environ, "import alone must not set it"
 target, reads, digests = json.loads(sys.argv[1])
 reads = [tuple(r) for r in reads]
+client = blockread.Client(target)
+import grpc  # after blockread's first use, as an application would
+
+assert os.environ.get("GRPC_ENABLE_FORK_SUPPORT") == "1", "the package did not set it"
 
 def check(client):
     got = [client.read(*r) for r in reads[:5]] + client.read_many(reads)
     want = digests[:5] + digests
     return [hashlib.sha256(g).hexdigest() for g in got] == want
 
-client = blockread.Client(target)
 # The parent uses the client first, unary calls and a stream, and keeps its channel open.
 assert check(client), "parent"
 parent_connection = client._conn()
@@ -95,19 +96,26 @@ def conftest_expect(served, read):
 
 
 def test_package_turns_fork_support_on_before_grpc():
-    result = run_script("import os, blockread, grpc._cython.cygrpc as c; "
+    # Importing the package sets nothing and imports no gRPC; its first use does, before grpc.
+    result = run_script("import os, sys, blockread; "
+                        "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'), 'grpc' in sys.modules); "
+                        "blockread.Client; import grpc._cython.cygrpc as c; "
                         "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'], c.is_fork_support_enabled())")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1", "True"]
-    # A value the user chose is kept.
-    result = run_script("import os, blockread; print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])",
+    assert result.stdout.split() == ["None", "False", "1", "True"]
+    # The explicit switch, and a value the user chose is kept.
+    result = run_script("import os, blockread; print(blockread.enable_fork_support(), "
+                        "os.environ['GRPC_ENABLE_FORK_SUPPORT'])")
+    assert result.stdout.split() == ["True", "1"]
+    result = run_script("import os, blockread; blockread.Client; "
+                        "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])",
                         env_extra={"GRPC_ENABLE_FORK_SUPPORT": "0"})
     assert result.stdout.split() == ["0"]
 
 
 def test_grpc_imported_first_warns():
     result = run_script("import warnings; warnings.simplefilter('always'); "
-                        "import grpc, blockread")
+                        "import grpc, blockread; blockread.Client")
     assert result.returncode == 0, result.stderr
     assert "GRPC_ENABLE_FORK_SUPPORT=1 came too late" in result.stderr
 
