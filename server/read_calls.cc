@@ -291,6 +291,17 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
         MaybeFinish();
         return;
       }
+      // The rules were reloaded since this stream was accepted: its next items are judged by the
+      // new ones. A revoked credential ends the stream (earlier reads are answered first).
+      if (worker_.CurrentAccessGeneration() != policy_generation()) {
+        if (grpc::Status accepted = worker_.Accept(*this, context_); !accepted.ok()) {
+          finish_status_ = accepted;
+          half_closed_ = true;
+          MaybeFinish();
+          return;
+        }
+        has_allowed_file_ = false;
+      }
       const uint64_t arrival_ns = storage::MonotonicNowNs();
       if (!deadline_known_) {  // a stream's deadline is fixed: converted once
         deadline_ns_ = MonotonicDeadlineNs(context_, arrival_ns);
@@ -347,9 +358,10 @@ void ReadBlocksCall::FreeRead(StreamRead* read) { free_reads_.push_back(read); }
 bool ReadBlocksCall::MayRead(const std::string& file) {
   // A stream mostly reads few files: remember the last one allowed rather than match patterns
   // for every read.
-  if (file == last_allowed_file_) return true;
+  if (has_allowed_file_ && file == last_allowed_file_) return true;
   if (!identity().MayRead(file)) return false;
   last_allowed_file_ = file;
+  has_allowed_file_ = true;
   return true;
 }
 
