@@ -19,8 +19,9 @@
 namespace blockread::server {
 
 // `name` matches `pattern` (an `allow` entry): segments are separated by '/', `*`, `?` and
-// `[...]` match within one segment (fnmatch), a `**` segment matches any number of segments,
-// none included.
+// `[...]` match within one segment (as fnmatch with FNM_PERIOD: a leading dot only matches a
+// dot), a `**` segment matches any number of segments, none included. Costs at most
+// O(|name| x |pattern|), whatever the pattern: it runs on the pinned worker for every item.
 bool AllowPatternMatches(absl::string_view pattern, absl::string_view name);
 
 // One identity, immutable once loaded.

@@ -61,11 +61,15 @@ class Call {
   RpcMethod method() const { return method_; }
   // Who made the call: set by the accept point; Identity::Nobody() until then and for health.
   const Identity& identity() const { return *identity_; }
-  // The accept point's verdict: `identity` belongs to `policy`, which the call keeps alive.
-  void SetIdentity(const Identity* identity, std::shared_ptr<const AccessPolicy> policy) {
+  // The accept point's verdict: `identity` belongs to `policy` (of `policy_generation`, see
+  // AccessRules::generation), which the call keeps alive.
+  void SetIdentity(const Identity* identity, std::shared_ptr<const AccessPolicy> policy,
+                   uint64_t policy_generation) {
     identity_ = identity;
     policy_ = std::move(policy);
+    policy_generation_ = policy_generation;
   }
+  uint64_t policy_generation() const { return policy_generation_; }
 
  protected:
   static constexpr uint8_t kRequest = 0;
@@ -133,6 +137,7 @@ class Call {
   const RpcMethod method_;
   const Identity* identity_ = &Identity::Nobody();
   std::shared_ptr<const AccessPolicy> policy_;
+  uint64_t policy_generation_ = 0;
   uint32_t pending_ = 0;
   bool finish_sent_ = false;
   bool cancelled_ = false;

@@ -4,17 +4,22 @@
 #include <google/protobuf/text_format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "server/exposure.h"
 
 // Every flag is optional: unset means "whatever the config file says, else the default", so a
@@ -182,7 +187,51 @@ absl::Status CheckNamePairs(absl::string_view flag, absl::string_view form,
   return absl::OkStatus();
 }
 
+// The flag named `name` (underscores) if it is a tri-state boolean: std::optional<bool>.
+bool IsOptionalBoolFlag(absl::string_view name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && flag->IsOfType<std::optional<bool>>();
+}
+
 }  // namespace
+
+std::vector<std::string> NormalizeFlagArgs(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--") break;  // the rest are not flags
+    if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) continue;
+    const size_t end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<ptrdiff_t>(end), '-', '_');
+    if (end != arg.size()) continue;  // has a value
+    const std::string name = arg.substr(2);
+    if (IsOptionalBoolFlag(name)) {
+      arg = absl::StrCat("--", name, "=true");
+    } else if (absl::StartsWith(name, "no") &&
+               IsOptionalBoolFlag(absl::string_view(name).substr(2))) {
+      arg = absl::StrCat("--", name.substr(2), "=false");
+    }
+  }
+  return args;
+}
+
+void ConfigureFlagsUsage() {
+  absl::FlagsUsageConfig usage;
+  // Every flag but absl's own (--flagfile, --fromenv...): the server's are all in this file
+  // today, and a flag added elsewhere must show up too.
+  usage.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/flags/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  // __FILE__ is relative to the build directory ("../../server/config.cc"): show the source path.
+  usage.normalize_filename = [](absl::string_view file) {
+    while (absl::ConsumePrefix(&file, "../")) {
+    }
+    return std::string(file);
+  };
+  usage.version_string = [] { return absl::StrCat("blockread-server ", BLOCKREAD_VERSION, "\n"); };
+  absl::SetFlagsUsageConfig(std::move(usage));
+}
 
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
   const std::vector<int> allowed = AffinityCpus();

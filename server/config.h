@@ -39,6 +39,19 @@ inline constexpr uint32_t kDeviceCheckIntervalMs = 2000;
 // allows: room for at least 2,000 idle connections besides devices and files.
 inline constexpr uint64_t kWantedOpenFiles = 65536;
 
+// argv with every flag name written with underscores (users and the docs write --data-dir as
+// well as --data_dir), and the bare and negated forms of every std::optional<bool> flag spelled
+// out (--allow-insecure -> --allow_insecure=true, --noallow-insecure -> --allow_insecure=false):
+// absl accepts those forms only for plain bool flags, and ours are optional so that a flag given
+// on the command line, even =false, wins over the config file. Arguments after "--" are left as
+// they are. Call before absl::ParseCommandLine, with the flags linked in.
+std::vector<std::string> NormalizeFlagArgs(int argc, char** argv);
+
+// Makes --help list every flag of the server (absl's default lists only flags defined in the
+// file with main(); ours live in config.cc) and --version print "blockread-server VERSION".
+// Call before absl::ParseCommandLine.
+void ConfigureFlagsUsage();
+
 // Reads --config (or --check-config; if both are given they must name the same file), applies
 // every flag given on the command line, fills defaults and validates. Call after
 // absl::ParseCommandLine. Errors name the file, flag or field. Opens nothing but the file.

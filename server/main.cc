@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,28 +15,11 @@
 #include "storage/catalog.h"
 #include "storage/log.h"
 
-namespace {
-
-// Abseil flags are spelled with underscores; users (and the docs) write --data-dir and
-// --metrics-listen too. Rewrites the name part of every "--flag[=value]" to underscores.
-std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& arg = args[i];
-    if (arg == "--") break;  // the rest are not flags
-    if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) continue;
-    const size_t end = std::min(arg.find('='), arg.size());
-    std::replace(arg.begin() + 2, arg.begin() + static_cast<ptrdiff_t>(end), '-', '_');
-  }
-  return args;
-}
-
-}  // namespace
-
 int main(int raw_argc, char** raw_argv) {
   // Before any thread starts: the catalog's lease-break signals must reach no other thread.
   blockread::storage::BlockLeaseSignals();
-  std::vector<std::string> normalized = NormalizeFlagNames(raw_argc, raw_argv);
+  blockread::server::ConfigureFlagsUsage();
+  std::vector<std::string> normalized = blockread::server::NormalizeFlagArgs(raw_argc, raw_argv);
   std::vector<char*> args;
   for (std::string& arg : normalized) args.push_back(arg.data());
   args.push_back(nullptr);

@@ -22,6 +22,11 @@ class RateLimiter {
 
   static constexpr uint64_t kBurstNs = 50'000'000;  // 50 ms
   static constexpr uint64_t kRefused = ~uint64_t{0};
+  // The most one read is charged (about 146 years), and the schedule saturates below kRefused
+  // rather than wrap. Callers validate lengths first (max_read_bytes), so only an absurdly small
+  // max_bytes_per_second gets near either.
+  static constexpr uint64_t kMaxCostNs = uint64_t{1} << 62;
+  static constexpr uint64_t kMaxScheduleNs = kRefused - 1;
 
   // Reserves a place for a read of `bytes` arriving at `now_ns` (storage::MonotonicNowNs) and
   // returns when it may start: `now_ns` or later. kRefused, reserving nothing, when that would be

@@ -53,20 +53,30 @@ uint64_t MonotonicDeadlineNs(const grpc::ServerContext& context, uint64_t now_ns
   return now_ns + static_cast<uint64_t>(std::max<int64_t>(left, 1));  // 1: already past, not "none"
 }
 
-// When the caller's rate limit (server/rate_limit.h) lets a read of `bytes` arriving at `now_ns`
-// start: now, later (the read is parked until then), or not before the call's deadline (the
-// refusal, RESOURCE_EXHAUSTED, to answer with).
+// When the caller's rate limit (server/rate_limit.h) lets a read of `length` bytes at `offset`
+// arriving at `now_ns` start: now, later (the read is parked until then), or never: `refusal` is
+// what to answer, INVALID_ARGUMENT for a range the engine would refuse anyway (checked first, so an
+// invalid read is never charged: length 2^64-1 must not move the identity's schedule) or
+// RESOURCE_EXHAUSTED when it could not start before the call's deadline. Identities without a
+// limit pay nothing here; the engine validates their reads.
 struct Pacing {
   uint64_t start_ns = 0;
   absl::Status refusal;
 };
 
-Pacing Pace(const Identity& identity, uint64_t bytes, uint64_t deadline_ns, uint64_t now_ns) {
+Pacing Pace(Worker& worker, const Identity& identity, uint64_t offset, uint64_t length,
+            uint64_t deadline_ns, uint64_t now_ns) {
   Pacing pacing{now_ns, absl::OkStatus()};
   if (identity.limiter == nullptr) return pacing;
+  storage::EngineConfig limits;
+  limits.max_read_bytes = worker.shared().config.max_read_bytes();
+  if (absl::Status valid = storage::ValidateReadRange(limits, offset, length); !valid.ok()) {
+    pacing.refusal = std::move(valid);
+    return pacing;
+  }
   const uint64_t latest_start_ns =
       deadline_ns == 0 ? std::numeric_limits<uint64_t>::max() : deadline_ns;
-  pacing.start_ns = identity.limiter->Reserve(bytes, now_ns, latest_start_ns);
+  pacing.start_ns = identity.limiter->Reserve(length, now_ns, latest_start_ns);
   if (pacing.start_ns == RateLimiter::kRefused) {
     IdentityUsage::Add(identity.usage->refused, 1);
     pacing.refusal = absl::ResourceExhaustedError(absl::StrFormat(
@@ -143,7 +153,8 @@ void ReadBlockCall::OnRequest() {
     return;
   }
   deadline_ns_ = MonotonicDeadlineNs(context_, arrival_ns_);
-  const Pacing pacing = Pace(identity(), request_.length(), deadline_ns_, arrival_ns_);
+  const Pacing pacing =
+      Pace(worker_, identity(), request_.offset(), request_.length(), deadline_ns_, arrival_ns_);
   if (!pacing.refusal.ok()) {
     FinishWith(ToGrpcStatus(pacing.refusal));
     return;
@@ -280,6 +291,17 @@ void ReadBlocksCall::OnEvent(uint8_t event, bool ok) {
         MaybeFinish();
         return;
       }
+      // The rules were reloaded since this stream was accepted: its next items are judged by the
+      // new ones. A revoked credential ends the stream (earlier reads are answered first).
+      if (worker_.CurrentAccessGeneration() != policy_generation()) {
+        if (grpc::Status accepted = worker_.Accept(*this, context_); !accepted.ok()) {
+          finish_status_ = accepted;
+          half_closed_ = true;
+          MaybeFinish();
+          return;
+        }
+        has_allowed_file_ = false;
+      }
       const uint64_t arrival_ns = storage::MonotonicNowNs();
       if (!deadline_known_) {  // a stream's deadline is fixed: converted once
         deadline_ns_ = MonotonicDeadlineNs(context_, arrival_ns);
@@ -336,9 +358,10 @@ void ReadBlocksCall::FreeRead(StreamRead* read) { free_reads_.push_back(read); }
 bool ReadBlocksCall::MayRead(const std::string& file) {
   // A stream mostly reads few files: remember the last one allowed rather than match patterns
   // for every read.
-  if (file == last_allowed_file_) return true;
+  if (has_allowed_file_ && file == last_allowed_file_) return true;
   if (!identity().MayRead(file)) return false;
   last_allowed_file_ = file;
+  has_allowed_file_ = true;
   return true;
 }
 
@@ -347,7 +370,8 @@ void ReadBlocksCall::StartItem(const v1::ReadItem& item, uint64_t arrival_ns) {
     AddError(item.tag(), ReadDenied(identity(), item.file()));
     return;
   }
-  const Pacing pacing = Pace(identity(), item.length(), deadline_ns_, arrival_ns);
+  const Pacing pacing =
+      Pace(worker_, identity(), item.offset(), item.length(), deadline_ns_, arrival_ns);
   if (!pacing.refusal.ok()) {
     AddError(item.tag(), pacing.refusal);
     return;

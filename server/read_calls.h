@@ -155,10 +155,11 @@ class ReadBlocksCall final : public Call, public Flushable {
   WaitList wait_list_;
   // The caller may read this file (ReadBlocksCall::MayRead's cache).
   std::string last_allowed_file_;
-  uint32_t waiting_ = 0;    // reads in the admission queue or waiting for the rate limit
-  uint32_t in_flight_ = 0;  // reads in the engine
-  bool reading_ = false;    // a Read operation is outstanding
-  bool writing_ = false;    // a Write operation is outstanding
+  bool has_allowed_file_ = false;  // last_allowed_file_ holds a verdict of the current rules
+  uint32_t waiting_ = 0;           // reads in the admission queue or waiting for the rate limit
+  uint32_t in_flight_ = 0;         // reads in the engine
+  bool reading_ = false;           // a Read operation is outstanding
+  bool writing_ = false;           // a Write operation is outstanding
   bool half_closed_ = false;
   bool write_failed_ = false;
   bool flush_scheduled_ = false;

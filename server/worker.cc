@@ -133,18 +133,23 @@ grpc::Status Worker::Accept(Call& call, const grpc::ServerContext& context) {
   if (call.method() == RpcMethod::kHealthCheck || call.method() == RpcMethod::kHealthWatch) {
     return grpc::Status::OK;  // health stays open, as Identity::Nobody()
   }
-  if (const uint64_t generation = shared_.access.generation(); generation != access_generation_) {
-    access_ = shared_.access.Current();  // the rules changed (SIGHUP), or the first call
-    access_generation_ = generation;
-  }
+  CurrentAccessGeneration();
   absl::StatusOr<const Identity*> identity = access_->Authenticate(context);
   if (!identity.ok()) return ToGrpcStatus(identity.status());
-  call.SetIdentity(*identity, access_);
+  call.SetIdentity(*identity, access_, access_generation_);
   if (call.method() == RpcMethod::kExplain && !(*identity)->admin) {
     return ToGrpcStatus(absl::PermissionDeniedError(
         "Explain shows devices and physical layout: it needs an identity with admin"));
   }
   return grpc::Status::OK;
+}
+
+uint64_t Worker::CurrentAccessGeneration() {
+  if (const uint64_t generation = shared_.access.generation(); generation != access_generation_) {
+    access_ = shared_.access.Current();  // the rules changed (SIGHUP), or the first call
+    access_generation_ = generation;
+  }
+  return access_generation_;
 }
 
 void Worker::RemoveWatcher(HealthWatcher* watcher) {

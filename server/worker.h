@@ -134,6 +134,10 @@ class Worker {
   // identity may never do (Explain without admin). OK to go on; otherwise the status to answer
   // with.
   grpc::Status Accept(Call& call, const grpc::ServerContext& context);
+  // The generation of the access rules in force (one atomic load; re-takes the rules when they
+  // moved). A call whose policy_generation() differs runs Accept again before its next item, so a
+  // reload (SIGHUP) applies to open streams too.
+  uint64_t CurrentAccessGeneration();
   void ScheduleFlush(Flushable* call) { flush_.push_back(call); }
   // Registers/unregisters an open grpc.health.v1 Watch call for health change notices.
   void AddWatcher(HealthWatcher* watcher) { watchers_.push_back(watcher); }

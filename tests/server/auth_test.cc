@@ -171,6 +171,68 @@ TEST_F(AuthTest, SighupReloadsTheRulesAndABrokenFileKeepsThem) {
   EXPECT_TRUE(reader->Read("random-4m", 0, 4096).ok());  // the rules in force stay
 }
 
+// An open stream does not keep the rules it started with: after SIGHUP its next item is judged
+// by the new ones, whether the token was revoked (the stream ends UNAUTHENTICATED) or the
+// identity may no longer read the file (the item is PERMISSION_DENIED).
+TEST_F(AuthTest, SighupAppliesToOpenStreamsAtTheirNextItem) {
+  const auto send_one = [](client::ReadStream& stream, uint64_t tag) {
+    v1::ReadBlocksRequest request;
+    v1::ReadItem* item = request.add_reads();
+    item->set_tag(tag);
+    item->set_file("hello.txt");
+    item->set_length(4096);
+    return stream.Send(request);
+  };
+  auto reader = Client("reader-token");
+  auto narrowed = reader->OpenStream();
+  auto revoked = reader->OpenStream();
+  for (auto* stream : {narrowed.get(), revoked.get()}) {
+    ASSERT_TRUE(send_one(*stream, 0));
+    v1::ReadBlocksResponse response;
+    ASSERT_TRUE(stream->Receive(&response));
+    ASSERT_EQ(response.results_size(), 1);
+    ASSERT_EQ(response.results(0).code(), 0) << response.results(0).error_message();
+  }
+  const auto reload = [&](const std::string& rules, int nth) {
+    std::ofstream(auth_path_) << rules;
+    ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto reloads = [&] {
+      const std::string log = server_->Log();
+      int n = 0;
+      for (size_t at = 0; (at = log.find("--auth: reloaded", at)) != std::string::npos; ++at) ++n;
+      return n;
+    };
+    while (reloads() < nth && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_GE(reloads(), nth) << server_->Log();
+  };
+
+  reload(AccessFile("nothing.*"), 1);  // the reader stays, without hello.txt
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(send_one(*narrowed, 1));
+  v1::ReadBlocksResponse response;
+  ASSERT_TRUE(narrowed->Receive(&response));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(), grpc::StatusCode::PERMISSION_DENIED)
+      << response.results(0).ShortDebugString();
+
+  reload("identity { name: \"ops\" token_sha256: \"" + TokenSha256Hex("ops-token") +
+             "\" allow: \"**\" admin: true }\n",
+         2);  // the reader's token is gone
+  start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(send_one(*revoked, 1));
+  EXPECT_FALSE(revoked->Receive(&response)) << response.ShortDebugString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(revoked->Finish().code(), absl::StatusCode::kUnauthenticated);
+  narrowed->CloseSend();
+  while (narrowed->Receive(&response)) {
+  }
+  EXPECT_TRUE(narrowed->Finish().ok());  // no item after the second reload: nothing to judge
+}
+
 // A client certificate's common name names the identity (mutual TLS).
 TEST(AuthCertificateTest, TheClientCertificateNamesTheIdentity) {
   TempDir dir;

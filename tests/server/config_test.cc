@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "server/exposure.h"
 #include "tests/support/loop_device.h"
@@ -202,6 +204,102 @@ TEST(ServerConfigTest, CheckConfigReadsTheFileAsConfig) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("--check-config: cannot read"), std::string::npos)
       << missing.status();
+}
+
+// Every boolean setting: the bare flag, =true, =false, the --no form, and the config file; a flag
+// given (even =false) wins over the file. Found by type, so a new boolean flag is covered too.
+TEST(ServerConfigTest, EveryBooleanFlagTakesEveryForm) {
+  const google::protobuf::Descriptor* descriptor = v1::ServerConfig::descriptor();
+  int checked = 0;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_BOOL) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field->name());
+    ASSERT_NE(flag, nullptr) << field->name();
+    ASSERT_TRUE(flag->IsOfType<std::optional<bool>>()) << field->name();
+    std::string dashed = field->name();
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    const struct {
+      std::string arg;
+      bool file_says;
+      bool want;
+    } forms[] = {
+        {"--" + dashed, false, true},           {"--" + field->name(), false, true},
+        {"--" + dashed + "=true", false, true}, {"--" + dashed + "=false", true, false},
+        {"--no" + dashed, true, false},         {"", true, true},
+    };
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/server.textproto";
+    for (const auto& form : forms) {
+      SCOPED_TRACE(form.arg.empty() ? "config file only" : form.arg);
+      std::ofstream(path) << field->name() << ": " << (form.file_says ? "true" : "false") << "\n";
+      if (!form.arg.empty()) {
+        std::string program = "blockread-server", arg = form.arg;
+        char* argv[] = {program.data(), arg.data()};
+        const std::vector<std::string> normalized = NormalizeFlagArgs(2, argv);
+        ASSERT_EQ(normalized.size(), 2u);
+        // What absl::ParseCommandLine does with "--name=value".
+        std::pair<absl::string_view, absl::string_view> name_value =
+            absl::StrSplit(absl::string_view(normalized[1]).substr(2), absl::MaxSplits('=', 1));
+        ASSERT_EQ(name_value.first, field->name()) << normalized[1];
+        std::string error;
+        ASSERT_TRUE(flag->ParseFrom(name_value.second, &error)) << normalized[1] << ": " << error;
+      }
+      absl::SetFlag(&FLAGS_config, path);
+      auto config = LoadServerConfig();
+      absl::SetFlag(&FLAGS_config, std::nullopt);
+      std::string error;
+      ASSERT_TRUE(flag->ParseFrom("", &error)) << error;  // unset again
+      ASSERT_TRUE(config.ok()) << config.status();
+      EXPECT_EQ(config->GetReflection()->GetBool(*config, field), form.want);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);  // reflection, allow_insecure
+}
+
+// Runs the server binary with `args` (through the shell): its exit status, stdout and stderr.
+std::pair<int, std::string> RunServer(const std::string& args) {
+  const std::string command = absl::StrCat(BLOCKREAD_SERVER_BINARY, " ", args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, ""};
+  std::string output;
+  char chunk[4096];
+  for (size_t n; (n = fread(chunk, 1, sizeof(chunk), pipe)) > 0;) output.append(chunk, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// The README's command line, as the user types it, validated by the real binary.
+TEST(ServerConfigTest, TheBinaryTakesTheDocumentedBooleanForms) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/server.textproto";
+  std::ofstream(path) << "listen: \"0.0.0.0:7420\"\n";
+  const std::string check = "--check-config=" + path;
+  EXPECT_EQ(RunServer(check + " --allow-insecure").first, 0);
+  EXPECT_EQ(RunServer(check + " --allow_insecure").first, 0);
+  EXPECT_EQ(RunServer(check + " --allow-insecure=true").first, 0);
+  const auto refused = RunServer(check + " --allow-insecure=false");
+  EXPECT_EQ(refused.first, 2) << refused.second;
+  EXPECT_NE(refused.second.find("--allow-insecure"), std::string::npos) << refused.second;
+  EXPECT_EQ(RunServer(check + " --noallow-insecure").first, 2);
+  EXPECT_EQ(RunServer(check + " --reflection --allow-insecure").first, 0);
+  std::ofstream(path) << "listen: \"0.0.0.0:7420\"\nallow_insecure: true\n";
+  EXPECT_EQ(RunServer(check).first, 0);
+  EXPECT_EQ(RunServer(check + " --allow-insecure=false").first, 2);
+}
+
+TEST(ServerConfigTest, HelpListsEveryFlagAndVersionTheProjects) {
+  const auto [help_status, help] = RunServer("--help");
+  EXPECT_EQ(help.find("No flags matched"), std::string::npos) << help;
+  const google::protobuf::Descriptor* descriptor = v1::ServerConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    EXPECT_NE(help.find("--" + descriptor->field(i)->name() + " ("), std::string::npos)
+        << "--help does not list --" << descriptor->field(i)->name();
+  }
+  EXPECT_NE(help.find("Flags from server/config.cc"), std::string::npos) << help;
+  const auto [version_status, version] = RunServer("--version");
+  EXPECT_EQ(version, absl::StrCat("blockread-server ", BLOCKREAD_VERSION, "\n"));
 }
 
 TEST(ServerConfigTest, LoopbackAddresses) {

@@ -214,5 +214,55 @@ TEST_F(QosTest, AReadTheLimitWouldStartAfterItsDeadlineIsRefusedAtOnce) {
   EXPECT_TRUE(metrics->Has("blockread_identity_reads_total", {{"identity", "free"}}));
 }
 
+// A read the engine would refuse is refused before the limit charges it: length 2^64-1 used to
+// move the identity's schedule centuries ahead (and converted a huge double to an integer).
+TEST_F(QosTest, AnInvalidReadIsNotChargedToTheLimit) {
+  auto client = Client("metered-token");
+  for (const uint64_t length : {~uint64_t{0}, uint64_t{1} << 40}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer metered-token");
+    v1::ReadBlockRequest request;
+    request.set_file("random-4m");
+    request.set_length(length);
+    v1::ReadBlockResponse response;
+    const grpc::Status status = client->stub().ReadBlock(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  }
+  {  // the same on a stream
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer metered-token");
+    auto stream = client->stub().ReadBlocks(&context);
+    v1::ReadBlocksRequest request;
+    v1::ReadItem* item = request.add_reads();
+    item->set_file("random-4m");
+    item->set_length(~uint64_t{0});
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::ReadBlocksResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_EQ(response.results_size(), 1);
+    EXPECT_EQ(response.results(0).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    while (stream->Read(&response)) {
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // The next valid read is not delayed: within its burst, it starts at once.
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer metered-token");
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ReadBlockRequest request;
+  request.set_file("random-4m");
+  request.set_length(4096);
+  v1::ReadBlockResponse response;
+  const grpc::Status status = client->stub().ReadBlock(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.data().size(), 4096u);
+  auto own = client->Stats();
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_EQ(own->identities_size(), 1);
+  EXPECT_EQ(own->identities(0).paced(), 0u);
+  EXPECT_EQ(own->identities(0).refused(), 0u);
+}
+
 }  // namespace
 }  // namespace blockread::testing
