@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "server/exposure.h"
+#include "storage/catalog.h"
 
 // Every flag is optional: unset means "whatever the config file says, else the default", so a
 // flag given on the command line always wins over the file.
@@ -38,6 +39,12 @@ ABSL_FLAG(std::optional<std::vector<std::string>>, serve_files, std::nullopt,
           "Comma-separated files or directories on mounted ext4/XFS filesystems, imported with "
           "FIEMAP and served under their path relative to the given root (a file: its base "
           "name). Files FIEMAP cannot describe are served through the file itself.");
+ABSL_FLAG(std::optional<uint32_t>, max_new_files, std::nullopt,
+          absl::StrCat("How many files created or moved in under --serve-files directories after "
+                       "startup can be served at once, each holding one descriptor from startup "
+                       "on (default ",
+                       blockread::storage::kDefaultNewFileSlots,
+                       "); 0: only the files present at startup."));
 ABSL_FLAG(std::optional<std::string>, manifest, std::nullopt,
           "Manifest (blockread.v1.Manifest textproto) of devices and per-file extents for layouts "
           "written straight to raw devices.");
@@ -265,6 +272,9 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.max_read_bytes() == 0) config.set_max_read_bytes(kEngineDefaults.max_read_bytes);
   if (config.max_io_bytes() == 0) config.set_max_io_bytes(kEngineDefaults.max_io_bytes);
   if (!config.has_idle_spin_us()) config.set_idle_spin_us(kDefaultIdleSpinUs);
+  if (!config.has_max_new_files()) {
+    config.set_max_new_files(static_cast<uint32_t>(storage::kDefaultNewFileSlots));
+  }
   if (config.simple_slots() == 0) config.set_simple_slots(kEngineDefaults.simple_slots);
   if (config.generic_slots() == 0) config.set_generic_slots(kEngineDefaults.generic_slots);
   if (config.max_queued_reads() == 0) config.set_max_queued_reads(kDefaultMaxQueuedReads);
@@ -380,6 +390,7 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_max_io_bytes)) config.set_max_io_bytes(*v);
   if (auto v = absl::GetFlag(FLAGS_data_dir)) config.set_data_dir(*v);
   if (auto v = absl::GetFlag(FLAGS_idle_spin_us)) config.set_idle_spin_us(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_new_files)) config.set_max_new_files(*v);
   if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_reflection(*v);
   if (auto v = absl::GetFlag(FLAGS_simple_slots)) config.set_simple_slots(*v);
   if (auto v = absl::GetFlag(FLAGS_generic_slots)) config.set_generic_slots(*v);

@@ -298,7 +298,6 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   // storage/catalog.h): those are summed into one entry, so that neither GetStats nor /metrics
   // grows a series per served file, or names one.
   v1::DeviceStats* file_routes = nullptr;
-  uint64_t file_route_devices = 0;
   for (storage::DeviceId id = 0; id < shared.catalog.device_count(); ++id) {
     const storage::Device& device = shared.catalog.device(id);
     const storage::DeviceSnapshot* in =
@@ -309,7 +308,6 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       out->set_down(!shared.catalog.device_up(id));
       continue;
     }
-    ++file_route_devices;
     if (file_routes == nullptr) {
       // Every file-route device is read the same way by a given worker: the first one's
       // backend fields stand for all.
@@ -324,14 +322,15 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
       file_routes->set_inflight(file_routes->inflight() + in->inflight);
     }
   }
+  const storage::RouteCounts routes = shared.catalog.route_counts();
   if (file_routes != nullptr) {
-    file_routes->set_path(absl::StrCat("(", file_route_devices,
+    // Counted by what is served now: some file-route devices are slots waiting for new files.
+    file_routes->set_path(absl::StrCat("(", routes.leased + routes.file_route + routes.unavailable,
                                        " imported files, each read through its own descriptor)"));
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
   response.set_uptime_ns(now_ns - shared.start_ns);
   response.set_version(BLOCKREAD_VERSION);
-  const storage::RouteCounts routes = shared.catalog.route_counts();
   response.mutable_files()->set_leased(routes.leased);
   response.mutable_files()->set_file_route(routes.file_route);
   response.mutable_files()->set_unavailable(routes.unavailable);

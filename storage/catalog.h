@@ -26,6 +26,10 @@
 
 namespace blockread::storage {
 
+// How many files created in served trees after startup can be served at once, unless the server
+// is told otherwise (--max-new-files).
+inline constexpr size_t kDefaultNewFileSlots = 2048;
+
 // A file's map as of one Resolve(): an owning reference, valid however long it is kept.
 using FileMapRef = std::shared_ptr<const FileMap>;
 
@@ -65,8 +69,9 @@ struct RouteCounts {
 };
 
 // Threading: the catalog is built by one thread (the Add*/Import* calls), then served from any
-// number of threads. Devices and the set of served names never change after setup. What a name
-// serves (its FileVersion) is changed only by the catalog's watcher thread, which the first
+// number of threads. Devices never change after setup (a served tree reserves, at setup, device
+// slots for the files created in it later). What a name serves (its FileVersion), and which
+// names a served tree holds, are changed only by the catalog's watcher thread, which the first
 // import starts:
 //  - Every FIEMAP-imported file is held open (O_RDONLY | O_DIRECT, opened beneath its served
 //    root, no symlink followed, never blocking) with a read lease on it. Before any open of the
@@ -80,6 +85,14 @@ struct RouteCounts {
 //    re-opened; a new regular file is leased and mapped, anything else (a symlink, a FIFO, a
 //    directory) is refused. The old inode stays open until reads of it have finished, so its
 //    blocks are no other file's meanwhile.
+//  - A served tree is live: every directory in it is watched, files created, moved in or
+//    renamed into it are served once no writer holds them open, and names removed or moved out
+//    answer NOT_FOUND. A directory created, moved, or renamed over (at any depth) makes the
+//    watcher walk the tree again and re-open every served name of it by its path, so a moved
+//    grandparent or a swapped directory never leaves old bytes under the old name. The names are
+//    changed (the name table replaced whole) only once the new files are open; re-mapping a
+//    replaced or new file (which writes it back) comes after, so workers waiting for name changes
+//    (storage/name_sync.h) never wait for a writeback.
 //  - A file that cannot get a lease (open for writing elsewhere, a filesystem that refuses
 //    leases, no CAP_LEASE) is read through the file itself; the log, RouteNote() and
 //    route_counts() say so.
@@ -112,9 +125,15 @@ class Catalog {
   absl::Status DeclareVersion(absl::string_view name, std::string version);
 
   // Imports `path`: a regular file is served as its base name; a directory's regular files
-  // (recursively, symlinks not followed) as their path relative to it, opened beneath it. Returns
-  // how many files were added; fails if none.
+  // (recursively, symlinks not followed) as their path relative to it, opened beneath it, and
+  // kept live from then on (see above). Returns how many files were added (an empty directory is
+  // served, with nothing in it yet). The first directory reserves new_file_slots() device slots,
+  // shared by every served tree, for the files created after startup.
   absl::StatusOr<size_t> ImportTree(const std::string& path);
+  // How many files created in served trees after startup can be served at once (each slot holds
+  // one descriptor from startup on). Set before the first ImportTree() of a directory.
+  void set_new_file_slots(size_t slots) { new_file_slots_ = slots; }
+  size_t new_file_slots() const { return new_file_slots_; }
 
   // ---- Serving (any thread) ----
 
@@ -132,7 +151,7 @@ class Catalog {
   // tests; takes a lock). NOT_FOUND for unknown or removed names.
   absl::StatusOr<FileMapRef> Resolve(absl::string_view name) const;
   // The version DeclareVersion() gave `name`; empty if none (or unknown).
-  const std::string& DeclaredVersion(absl::string_view name) const;
+  std::string DeclaredVersion(absl::string_view name) const;
   // Why `name` is read through the file itself now; empty if it is not (or is unknown).
   std::string RouteNote(absl::string_view name) const;
   RouteCounts route_counts() const;
@@ -187,37 +206,75 @@ class Catalog {
     return device_states_[id]->reopened_at.load(std::memory_order_acquire);
   }
 
-  // All file names, sorted.
+  // All file names served now, sorted.
   std::vector<std::string> FileNames() const;
-  size_t file_count() const { return files_.size(); }
+  size_t file_count() const;
 
  private:
   struct FileEntry;
+  struct Tree;
   class Watcher;
+  // The served names. The read path finds a name in the table names_ points at (inside its
+  // reader's epoch); the watcher replaces the table whole when names come or go and frees the
+  // old one once no read can be using it.
+  using NameTable = absl::flat_hash_map<std::string, FileEntry*>;
 
-  absl::Status AddEntry(std::string name, std::unique_ptr<FileEntry> entry);
-  absl::Status ImportBeneath(std::string name, BeneathPath source);
+  absl::Status AddEntry(std::unique_ptr<FileEntry> entry);
+  absl::Status ImportBeneath(std::string name, BeneathPath source, Tree* tree);
   // The disk device holding `mapped`'s extents, opened now if this is setup.
   absl::StatusOr<DeviceId> DiskFor(const FiemapResult& mapped, bool may_add_devices);
   // Publishes `version` as what `entry` serves; once reads that may use the old one have
-  // finished, returns (the old version is freed then).
+  // finished, returns (the old version is freed then). No wait for an entry no name reaches.
   void Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version);
   // Builds what `entry` should serve now from its open inode: the raw-device map if it is leased
   // and FIEMAP can map it, else the file route with `why`.
   std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why,
                                                bool may_add_devices);
+  // The entry serving `name` now, or null (takes versions_mu_).
+  FileEntry* Find(absl::string_view name) const;
 
-  // Watcher thread (watcher.cc side of catalog.cc). All REQUIRE watch_mu_.
+  // Watcher thread (catalog_watcher.cc, catalog_tree.cc). All REQUIRE watch_mu_.
+  absl::Status StartWatcher();
   void TakeLease(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   void OnLeaseBreak(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  void Rebind(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  void Rescan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Re-opens `entry`'s name. When it names another file now, that file is served through itself
+  // at once and `entry` is added to `to_lease` (leased and mapped once names are current); when it
+  // names nothing, the name answers NOT_FOUND, and a tree's entry is added to `gone`.
+  void Rebind(FileEntry& entry, std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Every served name re-opened, every tree walked again.
+  void Rescan(std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   void RetryLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Starts watching `entry`'s inode: lease signal aimed at the watcher thread, its directory
-  // watched. Setup thread.
+  // watched.
   absl::Status Watch(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Watches `directory` (a display path) in both inotify instances.
+  absl::Status WatchDirectory(const std::string& directory)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // F_SETSIG and F_SETOWN_EX: lease breaks of `fd` signal the watcher thread alone.
   void AimSignalsAtWatcher(int fd);
+
+  // Served trees (catalog_tree.cc).
+  // Watches every directory of `tree` and returns its regular files (relative paths, sorted).
+  absl::StatusOr<std::vector<std::string>> WalkTree(Tree& tree)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // The tree whose root holds display path `path`, and the path relative to it; null if none.
+  Tree* TreeOf(absl::string_view path, std::string* relative)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Serves `relative` of `tree` if it is a regular file no writer holds open and no name serves
+  // yet (else remembers it until its writer closes it). Adds the entry to `added` (served through
+  // the file until names are current, then leased: `to_lease`).
+  void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
+                  std::vector<FileEntry*>& to_lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Walks every tree again, adding the files not served yet.
+  void SyncTrees(std::vector<FileEntry*>& added, std::vector<FileEntry*>& to_lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Publishes a name table with `added` and without `gone`; once no read can use the old one,
+  // `gone`'s slots are free for new files.
+  void ChangeNames(const std::vector<FileEntry*>& added, const std::vector<FileEntry*>& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void ReserveNewFileSlots(uint32_t block_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
 
   std::vector<std::unique_ptr<Device>> devices_;
   // Per device: up or down, and what its path named when it was (re)opened (CheckDevices).
@@ -230,10 +287,14 @@ class Catalog {
   };
   std::vector<std::unique_ptr<DeviceState>> device_states_;
   std::atomic<uint64_t> device_events_{0};
-  absl::flat_hash_map<std::string, std::unique_ptr<FileEntry>> files_;
+  // Every entry ever made (served, removed, or a vacant slot); freed with the catalog only, so a
+  // pointer to one is always valid.
+  std::vector<std::unique_ptr<FileEntry>> entries_;
+  std::atomic<const NameTable*> names_{nullptr};
   ReadEpochs epochs_;
-  // Guards publishing versions against Resolve()'s copies of them.
+  // Guards publishing versions and name tables against Resolve()'s and the listings' reads.
   mutable std::mutex versions_mu_;
+  std::unique_ptr<NameTable> owned_names_ ABSL_GUARDED_BY(versions_mu_);
   // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
   std::mutex watch_mu_;
   absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);
@@ -241,6 +302,15 @@ class Catalog {
   // The served directories, by watch descriptor, in each inotify instance.
   absl::flat_hash_map<int, std::string> name_watches_ ABSL_GUARDED_BY(watch_mu_);
   absl::flat_hash_map<int, std::string> content_watches_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<std::unique_ptr<Tree>> trees_ ABSL_GUARDED_BY(watch_mu_);
+  // Slots for files created after startup, not serving any now.
+  std::vector<FileEntry*> vacant_ ABSL_GUARDED_BY(watch_mu_);
+  // New files a writer still held open: display path -> their tree and relative path.
+  absl::flat_hash_map<std::string, std::pair<Tree*, std::string>> pending_
+      ABSL_GUARDED_BY(watch_mu_);
+  bool told_slots_full_ ABSL_GUARDED_BY(watch_mu_) = false;
+  size_t new_file_slots_ = kDefaultNewFileSlots;
+  std::string default_version_;  // DeclareVersion("*"), for files created later too
   std::unique_ptr<Watcher> watcher_;
   // Odd while the watcher reads and applies inotify events (see ApplyingNameEvents()).
   std::atomic<uint64_t> name_events_seq_{0};

@@ -97,6 +97,18 @@ std::string FilesystemRouteReason(int fd, const struct stat& st) {
           static_cast<uint64_t>(fs.f_type));
   }
   if (major(st.st_dev) == 0) return "the filesystem has no block device behind it";
+  // ext4's FIEMAP does not flag an fscrypt file's extents as encrypted: its blocks on the device
+  // are ciphertext. And an fs-verity file's blocks are only checked on reads through the file.
+  struct statx attributes = {};
+  if (statx(fd, "", AT_EMPTY_PATH, 0, &attributes) == 0) {
+    const uint64_t known = attributes.stx_attributes_mask & attributes.stx_attributes;
+    if (known & STATX_ATTR_ENCRYPTED) {
+      return "encrypted (fscrypt): its blocks on the device are ciphertext";
+    }
+    if (known & STATX_ATTR_VERITY) {
+      return "fs-verity: its blocks are verified only when read through the file";
+    }
+  }
   return "";
 }
 

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "storage/read_path.h"
+#include "tests/support/engine_driver.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/map_reader.h"
 
@@ -137,9 +139,9 @@ TEST(CatalogImportTreeTest, ServesEveryRegularFileOfAnExt4Tree) {
   EXPECT_EQ(*added, 4u);
   EXPECT_EQ(catalog.FileNames(),
             (std::vector<std::string>{"sub/deeper/small", "sub/inner", "sub/sparse", "top"}));
-  // One device for the filesystem's disk, and each file held open as its own file-route device
-  // (read through when the file has no lease).
-  ASSERT_EQ(catalog.device_count(), 5u);
+  // One device for the filesystem's disk, each file held open as its own file-route device
+  // (read through when the file has no lease), and the slots reserved for files created later.
+  ASSERT_EQ(catalog.device_count(), 5u + catalog.new_file_slots());
   int block_devices = 0;
   for (DeviceId id = 0; id < catalog.device_count(); ++id) {
     if (catalog.device(id).kind() != DeviceKind::kBlockDevice) continue;
@@ -166,9 +168,45 @@ TEST(CatalogImportTreeTest, ServesEveryRegularFileOfAnExt4Tree) {
   EXPECT_EQ(*one, 1u);
   EXPECT_EQ(single.FileNames(), (std::vector<std::string>{"inner"}));
   ExpectServedAs(single, "inner", root + "/sub/inner");
-  // A tree with no regular file in it.
+  // A tree with no regular file in it yet is served (files created in it later are; see
+  // live_tree_test); a path that names nothing is not.
   auto none = Catalog().ImportTree(root + "/empty_dir");
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0u);
+  EXPECT_EQ(Catalog().ImportTree(root + "/no_such_dir").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// ext4's FIEMAP reports an fscrypt file's extents without FIEMAP_EXTENT_DATA_ENCRYPTED: its
+// blocks on the device are ciphertext. It is read through the file (plaintext), and says why.
+TEST(CatalogImportTreeTest, AnEncryptedExt4FileIsReadThroughTheFileNotTheDevice) {
+  if (std::string why = testing::LoopDevicesUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  if (!testing::RunCommand("command -v e4crypt").ok()) GTEST_SKIP() << "needs e4crypt (e2fsprogs)";
+  TempDir dir;
+  auto fs = testing::MakeLoopFilesystem(FsType::kExt4, dir.path(), 64 * kMiB, "-O encrypt");
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  const std::string root = (*fs)->root() + "/secret";
+  std::filesystem::create_directories(root);
+  // A v1 policy with a passphrase key in the session keyring (fixed salt: the test's own key).
+  auto keyed = testing::RunCommand(
+      "printf %s blockread-test | e4crypt add_key -S 0x0123456789abcdef " + root + " 2>&1");
+  if (!keyed.ok()) GTEST_SKIP() << "no session keyring for e4crypt: " << keyed.status();
+  ASSERT_TRUE(WriteAt(root + "/f.bin", 0, RandomBytes(64 * 1024, 21), true).ok());
+  Catalog catalog;
+  ASSERT_TRUE(catalog.ImportTree(root).ok());
+  auto map = catalog.Resolve("f.bin");
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ((*map)->source(), FileSource::kFileRoute);
+  EXPECT_NE(catalog.RouteNote("f.bin").find("encrypted"), std::string::npos)
+      << catalog.RouteNote("f.bin");
+  // Through the real engine: the plaintext the filesystem returns.
+  auto engine = EngineContext::Create(catalog, EngineConfig());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  testing::CompletedRead read = testing::ReadOnce(**engine, "f.bin", 0, 64 * 1024);
+  ASSERT_TRUE(read.status.ok()) << read.status;
+  auto expected = ReadFileRange(root + "/f.bin", 0, 64 * 1024);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_TRUE(read.data == *expected) << "served bytes are not the file's plaintext";
 }
 
 }  // namespace

@@ -1,0 +1,107 @@
+// The catalog's devices: adding them at setup, and checking them while serving (CheckDevices).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "storage/catalog_internal.h"
+#include "storage/log.h"
+#include "storage/posix_status.h"
+
+namespace blockread::storage {
+
+absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
+  if (FindDevice(device->name())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("device name '", device->name(), "' is used twice"));
+  }
+  auto state = std::make_unique<DeviceState>();
+  struct stat st {};
+  if (fstat(device->fd(), &st) == 0) {
+    state->opened_dev = st.st_dev;
+    state->opened_ino = st.st_ino;
+    state->opened_rdev = st.st_rdev;
+  }
+  devices_.push_back(std::move(device));
+  device_states_.push_back(std::move(state));
+  return static_cast<DeviceId>(devices_.size() - 1);
+}
+
+void Catalog::CheckDevices() {
+  for (DeviceId id = 0; id < devices_.size(); ++id) {
+    const Device& device = *devices_[id];
+    if (device.kind() == DeviceKind::kFileRoute) continue;  // the watcher's business
+    DeviceState& state = *device_states_[id];
+    const bool up = state.up.load(std::memory_order_relaxed);
+    struct stat now {};
+    const bool present = stat(device.path().c_str(), &now) == 0;
+    const bool same = present && (S_ISBLK(now.st_mode) ? now.st_rdev == state.opened_rdev
+                                                       : now.st_dev == state.opened_dev &&
+                                                             now.st_ino == state.opened_ino);
+    if (present && same && up) continue;
+    std::string why;
+    if (present) {
+      auto reopened = Device::Open(device.name(), device.path());
+      if (!reopened.ok()) {
+        why = std::string(reopened.status().message());
+      } else if ((*reopened)->size() != device.size() ||
+                 (*reopened)->logical_block_size() != device.logical_block_size()) {
+        why = absl::StrFormat("it is back with %u bytes in blocks of %u, not %u in blocks of %u",
+                              (*reopened)->size(), (*reopened)->logical_block_size(), device.size(),
+                              device.logical_block_size());
+      } else if (dup3((*reopened)->fd(), device.fd(), O_CLOEXEC) < 0) {
+        why = PosixErrorMessage(errno, "dup3");
+      } else {
+        state.opened_dev = now.st_dev;
+        state.opened_ino = now.st_ino;
+        state.opened_rdev = now.st_rdev;
+        const uint64_t event = device_events_.load(std::memory_order_relaxed) + 1;
+        state.reopened_at.store(event, std::memory_order_release);
+        state.up.store(true, std::memory_order_release);
+        device_events_.store(event, std::memory_order_release);
+        LogInfo(absl::StrFormat("device %s (%s) %s: reopened, serving its files again",
+                                device.name(), device.path(),
+                                up ? "names another device now" : "is back"));
+        continue;
+      }
+    } else {
+      why = "its path is gone";
+    }
+    if (!up) continue;  // still down; said so when it went
+    state.up.store(false, std::memory_order_release);
+    device_events_.fetch_add(1, std::memory_order_acq_rel);
+    LogWarning(absl::StrFormat(
+        "device %s (%s) is down (%s): reads of its files answer UNAVAILABLE; it is reopened "
+        "when its path is back",
+        device.name(), device.path(), why));
+  }
+}
+
+std::optional<DeviceId> Catalog::FindDevice(absl::string_view name) const {
+  for (DeviceId id = 0; id < devices_.size(); ++id) {
+    if (devices_[id]->name() == name) return id;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<DeviceId> Catalog::DiskFor(const FiemapResult& mapped, bool may_add_devices) {
+  for (DeviceId id = 0; id < devices_.size(); ++id) {
+    if (devices_[id]->kind() == DeviceKind::kBlockDevice &&
+        devices_[id]->device_number() == mapped.disk_device) {
+      return id;
+    }
+  }
+  if (!may_add_devices) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it now lives on ", mapped.disk_path, ", which the server did not open at startup"));
+  }
+  const std::string disk_name = std::filesystem::path(mapped.disk_path).filename();
+  auto device = Device::Open(disk_name, mapped.disk_path);
+  if (!device.ok()) return device.status();
+  return AddDevice(*std::move(device));
+}
+
+}  // namespace blockread::storage

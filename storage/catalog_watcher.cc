@@ -1,0 +1,587 @@
+// The catalog's watcher thread: lease breaks (a signalfd), name and content changes in the
+// served directories (inotify), and the handlers that keep each served name's version current.
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <future>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "storage/catalog_internal.h"
+#include "storage/log.h"
+#include "storage/posix_status.h"
+
+namespace blockread::storage {
+
+int LeaseBreakSignal() { return SIGRTMIN + 4; }
+
+namespace {
+
+// The lease-break signal, and SIGIO, which the kernel sends instead when its signal queue is full.
+sigset_t LeaseSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, LeaseBreakSignal());
+  sigaddset(&signals, SIGIO);
+  return signals;
+}
+
+}  // namespace
+
+void BlockLeaseSignals() {
+  const sigset_t signals = LeaseSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+namespace {
+
+// Why a read lease could not be taken, as the log and StatFile say it.
+std::string LeaseRefusal(int error) {
+  switch (error) {
+    case EAGAIN:
+      return "it is open for writing (no read lease while a writer has it open)";
+    case EACCES:
+    case EPERM:
+      return "the server may not take a lease on it (it needs CAP_LEASE or to own the file)";
+    case EINVAL:
+      return "its filesystem does not support leases";
+    default:
+      return absl::StrCat("no read lease: ", PosixErrorMessage(error, "").substr(2));
+  }
+}
+
+// Small files are checked before their raw-device map is served: ext4 has been seen (in
+
+}  // namespace
+
+// descriptor of the served directories; runs the catalog's handlers under watch_mu_.
+class Catalog::Watcher {
+ public:
+  explicit Watcher(Catalog& catalog) : catalog_(catalog) {}
+
+  absl::Status Start() {
+    for (int* fd : {&names_fd_, &contents_fd_}) {
+      *fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+      if (*fd < 0) return PosixError(errno, "inotify_init1 (watching served files)");
+    }
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return PosixError(errno, "eventfd");
+    std::promise<absl::Status> started;
+    std::future<absl::Status> result = started.get_future();
+    thread_ = std::thread([this, &started] { Run(started); });
+    return result.get();
+  }
+
+  // Returns once the thread has finished its last handler and exited.
+  void Stop() {
+    if (thread_.joinable()) {
+      stop_.store(true);
+      Wake();
+      thread_.join();
+    }
+  }
+
+  ~Watcher() {
+    Stop();
+    for (int fd : {signal_fd_, names_fd_, contents_fd_, wake_fd_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  pid_t tid() const { return tid_; }
+  int names_fd() const { return names_fd_; }
+  int contents_fd() const { return contents_fd_; }
+
+  // A ticket for every change queued before the call; the watcher wakes and handles them.
+  uint64_t RequestCatchUp() {
+    // Counted before the wake-up: the watcher drains the eventfd before it reads requested_, so
+    // either it sees this ticket or the eventfd wakes it again.
+    const uint64_t ticket = requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    Wake();
+    return ticket;
+  }
+  bool HasHandled(uint64_t ticket) const {
+    return handled_.load(std::memory_order_acquire) >= ticket;
+  }
+  void WaitUntilCurrent() {
+    const uint64_t ticket = RequestCatchUp();
+    std::unique_lock lock(mu_);
+    handled_cv_.wait(lock, [&] { return HasHandled(ticket); });
+  }
+
+  void Run(const std::function<void()>& task) {
+    {
+      std::lock_guard lock(mu_);  // queued before the ticket below is requested
+      tasks_.push_back(&task);
+    }
+    WaitUntilCurrent();
+  }
+
+ private:
+  void Wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  }
+
+  void Run(std::promise<absl::Status>& started) {
+    // The lease signal is aimed at this thread only (F_SETOWN_EX); a plain SIGIO replaces it
+    // when the kernel's signal queue overflows. Both are read from the signalfd.
+    BlockLeaseSignals();
+    pthread_setname_np(pthread_self(), "blockread-watch");
+    const sigset_t signals = LeaseSignals();
+    signal_fd_ = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
+    tid_ = gettid();
+    if (signal_fd_ < 0) {
+      started.set_value(PosixError(errno, "signalfd (lease breaks of served files)"));
+      return;
+    }
+    started.set_value(absl::OkStatus());
+
+    while (!stop_.load()) {
+      bool retry_pending;
+      {
+        std::lock_guard lock(catalog_.watch_mu_);
+        retry_pending =
+            !catalog_.pending_.empty() ||
+            std::any_of(
+                catalog_.by_display_path_.begin(), catalog_.by_display_path_.end(),
+                [](const auto& item) { return item.second->retry_lease && !item.second->leased; });
+      }
+      pollfd fds[4] = {{signal_fd_, POLLIN, 0},
+                       {names_fd_, POLLIN, 0},
+                       {contents_fd_, POLLIN, 0},
+                       {wake_fd_, POLLIN, 0}};
+      const int ready = poll(fds, 4, retry_pending ? 1000 : -1);
+      if (ready < 0 && errno != EINTR) {
+        LogError(PosixErrorMessage(errno, "file watcher: poll"));
+        return;
+      }
+      uint64_t ignored;
+      while (read(wake_fd_, &ignored, sizeof(ignored)) > 0) {
+      }
+      const uint64_t ticket = requested_.load(std::memory_order_acquire);
+      {
+        std::lock_guard lock(catalog_.watch_mu_);
+        HandleSignals();
+        HandleInotifyEvents();
+        if (ready == 0) catalog_.RetryLeases();
+      }
+      std::vector<const std::function<void()>*> tasks;
+      {
+        std::lock_guard lock(mu_);
+        tasks.swap(tasks_);
+      }
+      for (const std::function<void()>* task : tasks) (*task)();
+      {
+        std::lock_guard lock(mu_);  // so that no WaitUntilCurrent() misses the notification
+        handled_.store(ticket, std::memory_order_release);
+      }
+      handled_cv_.notify_all();
+    }
+  }
+
+  void HandleSignals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    signalfd_siginfo info;
+    bool overflow = false;
+    std::vector<FileEntry*> broken;
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      if (static_cast<int>(info.ssi_signo) != LeaseBreakSignal()) {
+        overflow = true;  // SIGIO: the signal queue overflowed; breaks may have been lost
+        continue;
+      }
+      auto it = catalog_.by_lease_fd_.find(static_cast<int>(info.ssi_fd));
+      if (it != catalog_.by_lease_fd_.end()) broken.push_back(it->second);
+    }
+    for (FileEntry* entry : broken) catalog_.OnLeaseBreak(*entry);
+    if (overflow) {
+      LogWarning("file watcher: lease signals overflowed; checking every lease");
+      for (const auto& [path, entry] : catalog_.by_display_path_) {
+        if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) {
+          catalog_.OnLeaseBreak(*entry);
+        }
+      }
+    }
+  }
+
+  // What one read of an inotify instance said.
+  struct Events {
+    std::vector<FileEntry*> served;    // served files whose name or content changed
+    std::vector<std::string> unknown;  // display paths created, moved in or closed, not served
+    bool rescan = false;  // events lost, or a directory came, went or moved: walk everything
+    bool lost = false;    // the kernel's queue overflowed (fs.inotify.max_queued_events)
+  };
+
+  void HandleInotifyEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    // Name events, with the sequence odd from before they are read until they are applied: a
+    // worker whose poll of names_fd_ finds it drained cannot otherwise tell "read, not applied
+    // yet" from "no event" (storage/name_sync.h). Applying them opens files and replaces names,
+    // nothing more: mapping a replaced or new file (FIEMAP_FLAG_SYNC writes it back) waits until
+    // the sequence is even again, served through the file meanwhile (exact).
+    catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
+    Events names = ReadEvents(names_fd_, catalog_.name_watches_);
+    std::vector<FileEntry*> to_lease, added, gone;
+    if (names.rescan) {
+      if (names.lost) {
+        LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
+                   "max_queued_events); walking every served tree and re-opening every name");
+      } else {
+        LogInfo("file watcher: a served directory changed; walking every served tree and "
+                "re-opening every served name");
+      }
+      catalog_.Rescan(to_lease, gone);
+      catalog_.SyncTrees(added, to_lease);
+    } else {
+      for (FileEntry* entry : names.served) catalog_.Rebind(*entry, to_lease, gone);
+      AddNewFiles(names.unknown, added, to_lease);
+    }
+    catalog_.ChangeNames(added, gone);
+    catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
+    for (FileEntry* entry : to_lease) catalog_.TakeLease(*entry);
+
+    // Content events: workers do not wait for these.
+    Events contents = ReadEvents(contents_fd_, catalog_.content_watches_);
+    if (contents.rescan && !names.rescan) {
+      if (contents.lost) {
+        LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
+                   "max_queued_events); re-checking every served file");
+      }
+      std::vector<FileEntry*> leases, more, removed;
+      catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
+      catalog_.Rescan(leases, removed);
+      catalog_.SyncTrees(more, leases);
+      catalog_.ChangeNames(more, removed);
+      catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
+      for (FileEntry* entry : leases) catalog_.TakeLease(*entry);
+      return;
+    }
+    for (FileEntry* entry : contents.served) {
+      if (std::find(to_lease.begin(), to_lease.end(), entry) != to_lease.end()) continue;
+      if (!entry->present) continue;
+      // Not leased: the writer may be done (take the lease and map it again), or still at work
+      // (the file route's size is brought up to date). Leased: nothing should have changed it;
+      // map it again under the lease all the same.
+      if (entry->leased) {
+        catalog_.Publish(*entry, catalog_.VersionOf(*entry, "", /*may_add_devices=*/false));
+      } else {
+        catalog_.TakeLease(*entry);
+      }
+    }
+    // New files whose writer closed them: served now (their names appear; no read waits).
+    std::vector<FileEntry*> closed, leases;
+    AddNewFiles(contents.unknown, closed, leases);
+    catalog_.ChangeNames(closed, {});
+    for (FileEntry* entry : leases) catalog_.TakeLease(*entry);
+  }
+
+  void AddNewFiles(const std::vector<std::string>& paths, std::vector<FileEntry*>& added,
+                   std::vector<FileEntry*>& to_lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    std::string relative;
+    for (const std::string& path : paths) {
+      if (Tree* tree = catalog_.TreeOf(path, &relative)) {
+        catalog_.AddNewFile(*tree, relative, added, to_lease);
+      }
+    }
+  }
+
+  // Reads every event queued on `fd` (one of the two inotify instances).
+  Events ReadEvents(int fd, absl::flat_hash_map<int, std::string>& directories)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+    alignas(inotify_event) char buffer[64 * 1024];
+    Events events;
+    for (;;) {
+      const ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      for (ssize_t at = 0; at < n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+        if (event->mask & IN_IGNORED) {
+          directories.erase(event->wd);  // the watch is gone (its directory removed)
+          events.rescan = true;
+          continue;
+        }
+        // Events lost, a watched directory moved or removed, or a directory created, moved or
+        // removed inside one: names at any depth below may have changed.
+        events.lost |= (event->mask & IN_Q_OVERFLOW) != 0;
+        if ((event->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF)) ||
+            ((event->mask & IN_ISDIR) && (event->mask & kNameEvents))) {
+          events.rescan = true;
+          continue;
+        }
+        if (event->len == 0) continue;
+        auto directory = directories.find(event->wd);
+        if (directory == directories.end()) continue;
+        std::string path = absl::StrCat(directory->second, "/", event->name);
+        auto entry = catalog_.by_display_path_.find(path);
+        if (entry != catalog_.by_display_path_.end()) {
+          events.served.push_back(entry->second);
+        } else if (event->mask & (IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)) {
+          events.unknown.push_back(std::move(path));
+        }
+      }
+    }
+    SortUnique(events.served);
+    std::sort(events.unknown.begin(), events.unknown.end());
+    events.unknown.erase(std::unique(events.unknown.begin(), events.unknown.end()),
+                         events.unknown.end());
+    return events;
+  }
+
+  static void SortUnique(std::vector<FileEntry*>& entries) {
+    std::sort(entries.begin(), entries.end());
+    entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
+  }
+
+  Catalog& catalog_;
+  int signal_fd_ = -1;
+  int names_fd_ = -1;     // kNameWatch on every served directory; workers poll it too
+  int contents_fd_ = -1;  // kContentWatch on every served directory
+  int wake_fd_ = -1;
+  pid_t tid_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  // Tickets: requested_ counts RequestCatchUp() calls; handled_ is the last one whose changes
+  // the watcher has handled. mu_ only pairs handled_cv_ with handled_ for blocking waiters.
+  std::atomic<uint64_t> requested_{0};
+  std::atomic<uint64_t> handled_{0};
+  std::mutex mu_;
+  std::condition_variable handled_cv_;
+  // RunOnWatcherThread()'s tasks, run before the ticket they were queued ahead of is handled.
+  std::vector<const std::function<void()>*> tasks_;  // GUARDED_BY(mu_)
+};
+
+// Here rather than in catalog.cc: both need the whole Watcher (unique_ptr's deleter).
+Catalog::Catalog() : owned_names_(std::make_unique<NameTable>()) {
+  names_.store(owned_names_.get(), std::memory_order_release);
+}
+
+Catalog::~Catalog() {
+  // Stopped before watcher_ is reset: its handlers use watcher_ until the thread exits. No handler
+  // runs after this; the devices close their descriptors.
+  if (watcher_) watcher_->Stop();
+  watcher_.reset();
+}
+
+void Catalog::TakeLease(FileEntry& entry) {
+  if (!entry.present) return;  // nothing to lease: Rebind serves the name again when it returns
+  std::string refusal;
+  int lease_error = 0;
+  if (!entry.leased) {
+    if (fcntl(entry.inode_fd, F_SETLEASE, F_RDLCK) == 0) {
+      entry.leased = true;
+      // Taking a lease makes the whole process the descriptor's signal owner again: aim the
+      // break signal back at the watcher thread. (In between, it would be process-directed:
+      // BlockLeaseSignals keeps other threads from taking it.)
+      AimSignalsAtWatcher(entry.inode_fd);
+    } else {
+      lease_error = errno;
+      refusal = LeaseRefusal(lease_error);
+    }
+  }
+  // The lease first, then the map under it: mapping first would let a writer in unseen.
+  entry.retry_lease = lease_error == EAGAIN;
+  const bool first = entry.owned == nullptr;
+  Publish(entry, VersionOf(entry, refusal, /*may_add_devices=*/first));
+  const FileVersion& now = *entry.owned;
+  if (entry.leased && (!now.map || now.map->source() != FileSource::kFiemap)) {
+    // Read through the file for a reason the lease does not change (btrfs, inline data):
+    // release it so writers do not wait on it for nothing.
+    fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+    entry.leased = false;
+    if (now.route_note == kMapNotYetValid) entry.retry_lease = true;  // map it again in a second
+  }
+  if (first && !now.route_note.empty()) {
+    LogInfo(absl::StrFormat("file %s (%s) is read through the file itself: %s", entry.name,
+                            entry.source.display(), now.route_note));
+  }
+}
+
+void Catalog::OnLeaseBreak(FileEntry& entry) {
+  if (!entry.leased) return;  // an old signal: already handled
+  entry.leased = false;
+  // New reads go through the file (exact); once raw-device reads of the old map are done, the
+  // writer may proceed.
+  Publish(entry, VersionOf(entry, "it is being written (the lease was broken by a writer)",
+                           /*may_add_devices=*/false));
+  fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+  entry.retry_lease = true;
+}
+
+void PointAtNothing(int fd) {
+  const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (placeholder >= 0) {
+    dup3(placeholder, fd, O_CLOEXEC);
+    close(placeholder);
+  }
+}
+
+void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_lease,
+                     std::vector<FileEntry*>& gone) {
+  auto opened = OpenBeneath(entry.source, O_RDONLY | O_DIRECT);
+  absl::Status problem;
+  struct stat st;
+  if (!opened.ok()) {
+    problem = absl::IsNotFound(opened.status())
+                  ? absl::NotFoundError(absl::StrFormat("file %s was removed since it was imported",
+                                                        EchoedName(entry.name)))
+                  : absl::FailedPreconditionError(absl::StrFormat(
+                        "file %s was replaced by something the server does not serve (a symbolic "
+                        "link, a FIFO or a device)",
+                        EchoedName(entry.name)));
+  } else if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(*opened);
+    problem = absl::FailedPreconditionError(absl::StrFormat(
+        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+  } else if (entry.present && InodeOf(st) == entry.inode) {
+    close(*opened);
+    return;  // the name still serves the same file
+  }
+  if (entry.tree != nullptr && absl::IsNotFound(problem)) {
+    // Gone from a served tree: the name leaves the table (ChangeNames), and only once no read
+    // can still reach the old file is its descriptor let go.
+    entry.present = false;
+    by_display_path_.erase(entry.source.display());
+    gone.push_back(&entry);
+    LogInfo(absl::StrCat("file ", entry.name, ": removed from its served tree"));
+    return;
+  }
+  // The old file stays open (and leased: the lease belongs to the open file, which this
+  // duplicate shares) until reads that may use it have finished, so its blocks go to no other
+  // file meanwhile and its writers wait.
+  const int old_file = fcntl(entry.inode_fd, F_DUPFD_CLOEXEC, 0);
+  entry.leased = false;
+  entry.retry_lease = false;
+  if (problem.ok()) {
+    dup3(*opened, entry.inode_fd, O_CLOEXEC);  // new reads of the file route read the new file
+    close(*opened);
+    entry.inode = InodeOf(st);
+    entry.present = true;
+    AimSignalsAtWatcher(entry.inode_fd);  // per open file: the new one needs it too
+    // Read through the new file at once (exact), waiting for reads of the old one; leased and
+    // mapped (a writeback) once names are current.
+    Publish(entry, VersionOf(entry, "it was replaced a moment ago (it is mapped next)",
+                             /*may_add_devices=*/false));
+    to_lease.push_back(&entry);
+    LogInfo(absl::StrFormat("file %s: %s names another file now; serving that", entry.name,
+                            entry.source.display()));
+  } else {
+    auto version = std::make_unique<FileVersion>();
+    version->unavailable = problem;
+    Publish(entry, std::move(version));  // waits for reads of the old file
+    PointAtNothing(entry.inode_fd);
+    entry.present = false;
+    entry.inode = {};
+    LogInfo(absl::StrCat("file ", entry.name, ": ", problem.message()));
+  }
+  if (old_file >= 0) close(old_file);
+}
+
+void Catalog::Rescan(std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone) {
+  std::vector<FileEntry*> served;
+  served.reserve(by_display_path_.size());
+  for (const auto& [path, entry] : by_display_path_) served.push_back(entry);
+  for (FileEntry* entry : served) {
+    Rebind(*entry, to_lease, gone);
+    if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) OnLeaseBreak(*entry);
+  }
+}
+
+void Catalog::RetryLeases() {
+  for (const auto& [path, entry] : by_display_path_) {
+    if (entry->retry_lease && !entry->leased && entry->present) TakeLease(*entry);
+  }
+  // New files that were still open for writing: served once their writers are gone.
+  std::vector<std::pair<Tree*, std::string>> waiting;
+  for (const auto& [path, file] : pending_) waiting.push_back(file);
+  std::vector<FileEntry*> added, to_lease;
+  for (const auto& [tree, relative] : waiting) {
+    if (vacant_.empty()) break;  // each needs a slot
+    AddNewFile(*tree, relative, added, to_lease);
+  }
+  ChangeNames(added, {});
+  for (FileEntry* entry : to_lease) TakeLease(*entry);
+}
+
+void Catalog::AimSignalsAtWatcher(int fd) {
+  f_owner_ex owner = {F_OWNER_TID, watcher_->tid()};
+  fcntl(fd, F_SETSIG, LeaseBreakSignal());
+  fcntl(fd, F_SETOWN_EX, &owner);
+}
+
+absl::Status Catalog::Watch(FileEntry& entry) {
+  const int fd = entry.inode_fd;
+  AimSignalsAtWatcher(fd);
+  by_lease_fd_[fd] = &entry;
+  const std::string display = entry.source.display();
+  if (absl::Status s = WatchDirectory(display.substr(0, display.rfind('/'))); !s.ok()) return s;
+  by_display_path_[display] = &entry;
+  return absl::OkStatus();
+}
+
+absl::Status Catalog::WatchDirectory(const std::string& directory) {
+  for (const auto& [inotify_fd, mask, directories] :
+       {std::tuple{watcher_->names_fd(), kNameWatch, &name_watches_},
+        std::tuple{watcher_->contents_fd(), kContentWatch, &content_watches_}}) {
+    // The same directory watched again returns its watch: the path is brought up to date (a
+    // directory moved within the tree is watched under its new path from then on).
+    const int wd = inotify_add_watch(inotify_fd, directory.c_str(), mask);
+    if (wd < 0) {
+      if (errno == ENOSPC) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "cannot watch %s: the inotify watch limit is reached (one watch per served "
+            "directory, two instances); raise fs.inotify.max_user_watches",
+            directory));
+      }
+      return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
+    }
+    (*directories)[wd] = directory;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Catalog::StartWatcher() {
+  if (watcher_) return absl::OkStatus();
+  BlockLeaseSignals();  // in this thread and the threads it starts from now on
+  // One descriptor per served file: take the whole hard limit (the soft one is often 1024).
+  rlimit files = {};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+  auto watcher = std::make_unique<Watcher>(*this);
+  if (absl::Status started = watcher->Start(); !started.ok()) return started;
+  watcher_ = std::move(watcher);
+  return absl::OkStatus();
+}
+
+void Catalog::WaitUntilCurrent() {
+  if (watcher_) watcher_->WaitUntilCurrent();
+}
+
+bool Catalog::RunOnWatcherThread(const std::function<void()>& task) {
+  if (!watcher_) return false;
+  watcher_->Run(task);
+  return true;
+}
+
+int Catalog::NameEventsFd() const { return watcher_ ? watcher_->names_fd() : -1; }
+
+uint64_t Catalog::RequestCatchUp() { return watcher_ ? watcher_->RequestCatchUp() : 0; }
+
+bool Catalog::HasCaughtUp(uint64_t ticket) const {
+  return !watcher_ || watcher_->HasHandled(ticket);
+}
+
+}  // namespace blockread::storage
