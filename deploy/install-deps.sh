@@ -21,14 +21,14 @@ if [ "$set" = runtime ]; then
   # What ldd shows for blockread-server and blockread, by package (the -dev packages below
   # depend on these).
   packages=(libgrpc++1.51 libprotobuf32 libabsl20220623 liburing2 libisal2
-            libprometheus-cpp-pull1.0)
+            libprometheus-cpp-pull1.0 libblkid1)
 else
 packages=(
   # build
   build-essential cmake ninja-build pkg-config
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler liburing-dev libabsl-dev
-  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev libssl-dev
+  libisal-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev libssl-dev libblkid-dev
 )
 [ "$set" = build ] || packages+=(
   # tests: GoogleTest, real filesystems on loop devices, fio as the reference, curl to scrape

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "storage/device.h"
+#include "storage/device_identity.h"
 #include "storage/extent_map.h"
 #include "storage/fiemap.h"
 #include "storage/read_epochs.h"
@@ -190,7 +191,9 @@ class Catalog {
   // through themselves). A device whose path is gone goes down: reads of its files answer
   // UNAVAILABLE. A device whose path is there again, or names another device now, is reopened
   // (the configured path, so a /dev/disk/by-id symlink finds the disk under its new node) when
-  // its size and block size are unchanged, and its descriptor re-pointed at the new open file
+  // its size and block size are unchanged and, for a block device, it is the same disk
+  // (storage/device_identity.h; another disk stays down, and the log says which identity it
+  // has), and its descriptor re-pointed at the new open file
   // (dup3: the DeviceId and the descriptor number stay); workers re-register it on their next
   // read (DeviceEvents). Logs each change. One thread at a time (the server's device monitor).
   void CheckDevices();
@@ -284,6 +287,10 @@ class Catalog {
     dev_t opened_dev = 0;  // st_dev and st_ino (files), st_rdev (block devices) of the open file
     ino_t opened_ino = 0;
     dev_t opened_rdev = 0;
+    // Which disk a block device was when it was first opened: one that comes back as another
+    // disk is not served (storage/device_identity.h). Empty: none could be had.
+    DeviceIdentity identity;
+    std::string down_reason;  // why it is down, as last logged
   };
   std::vector<std::unique_ptr<DeviceState>> device_states_;
   std::atomic<uint64_t> device_events_{0};

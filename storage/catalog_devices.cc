@@ -25,10 +25,30 @@ absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
     state->opened_ino = st.st_ino;
     state->opened_rdev = st.st_rdev;
   }
+  if (device->kind() == DeviceKind::kBlockDevice) {
+    state->identity = IdentifyDisk(device->fd(), device->device_number(), device->size(),
+                                   device->logical_block_size());
+  }
   devices_.push_back(std::move(device));
   device_states_.push_back(std::move(state));
   return static_cast<DeviceId>(devices_.size() - 1);
 }
+
+namespace {
+
+// Why `reopened` is not the disk that was opened as `was`; empty if it is. A disk whose identity
+// could not be had then or now is taken on its size and block size alone.
+std::string OtherDiskReason(const Device& reopened, const DeviceIdentity& was,
+                            DeviceIdentity* now) {
+  if (reopened.kind() != DeviceKind::kBlockDevice) return "";
+  *now = IdentifyDisk(reopened.fd(), reopened.device_number(), reopened.size(),
+                      reopened.logical_block_size());
+  if (was.empty() || now->empty() || *now == was) return "";
+  return absl::StrFormat("it is back as another disk (%s, not %s): its files are not on it",
+                         now->value, was.value);
+}
+
+}  // namespace
 
 void Catalog::CheckDevices() {
   for (DeviceId id = 0; id < devices_.size(); ++id) {
@@ -43,6 +63,7 @@ void Catalog::CheckDevices() {
                                                              now.st_ino == state.opened_ino);
     if (present && same && up) continue;
     std::string why;
+    DeviceIdentity identity;
     if (present) {
       auto reopened = Device::Open(device.name(), device.path());
       if (!reopened.ok()) {
@@ -52,12 +73,16 @@ void Catalog::CheckDevices() {
         why = absl::StrFormat("it is back with %u bytes in blocks of %u, not %u in blocks of %u",
                               (*reopened)->size(), (*reopened)->logical_block_size(), device.size(),
                               device.logical_block_size());
+      } else if (std::string other = OtherDiskReason(**reopened, state.identity, &identity);
+                 !other.empty()) {
+        why = std::move(other);
       } else if (dup3((*reopened)->fd(), device.fd(), O_CLOEXEC) < 0) {
         why = PosixErrorMessage(errno, "dup3");
       } else {
         state.opened_dev = now.st_dev;
         state.opened_ino = now.st_ino;
         state.opened_rdev = now.st_rdev;
+        if (state.identity.empty()) state.identity = std::move(identity);
         const uint64_t event = device_events_.load(std::memory_order_relaxed) + 1;
         state.reopened_at.store(event, std::memory_order_release);
         state.up.store(true, std::memory_order_release);
@@ -70,13 +95,23 @@ void Catalog::CheckDevices() {
     } else {
       why = "its path is gone";
     }
-    if (!up) continue;  // still down; said so when it went
+    if (!up) {
+      // Still down: said so when it went, and again when the reason changes (its path is back,
+      // but as another disk).
+      if (why != state.down_reason) {
+        LogWarning(absl::StrFormat("device %s (%s) is still down: %s", device.name(),
+                                   device.path(), why));
+        state.down_reason = std::move(why);
+      }
+      continue;
+    }
     state.up.store(false, std::memory_order_release);
     device_events_.fetch_add(1, std::memory_order_acq_rel);
     LogWarning(absl::StrFormat(
         "device %s (%s) is down (%s): reads of its files answer UNAVAILABLE; it is reopened "
-        "when its path is back",
+        "when its path is back as the same disk",
         device.name(), device.path(), why));
+    state.down_reason = std::move(why);
   }
 }
 
