@@ -188,7 +188,7 @@ absl::StatusOr<v1::FileInfo> BlockReadClient::Stat(const std::string& file) {
   return response;
 }
 
-absl::StatusOr<std::vector<v1::FileInfo>> BlockReadClient::List() {
+absl::StatusOr<std::vector<v1::FileInfo>> BlockReadClient::List(const std::string& prefix) {
   std::vector<v1::FileInfo> files;
   std::string token;
   do {
@@ -197,6 +197,7 @@ absl::StatusOr<std::vector<v1::FileInfo>> BlockReadClient::List() {
     v1::ListFilesRequest request;
     request.set_page_size(1000);
     request.set_page_token(token);
+    request.set_prefix(prefix);
     v1::ListFilesResponse response;
     grpc::Status status = stub_->ListFiles(&context, request, &response);
     if (!status.ok()) return FromGrpc(status);

@@ -130,8 +130,8 @@ class BlockReadClient {
     return std::make_unique<ReadStream>(*stub_, options_);
   }
   absl::StatusOr<v1::FileInfo> Stat(const std::string& file);
-  // Every file, all pages.
-  absl::StatusOr<std::vector<v1::FileInfo>> List();
+  // Every file whose name starts with `prefix` (empty: every file), all pages.
+  absl::StatusOr<std::vector<v1::FileInfo>> List(const std::string& prefix = "");
   absl::StatusOr<v1::GetStatsResponse> Stats();
   absl::StatusOr<v1::ExplainResponse> Explain(const std::string& file, uint64_t offset,
                                               uint64_t length);

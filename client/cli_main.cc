@@ -138,6 +138,9 @@ int Main(int argc, char** argv) {
   stat->add_option("file", file, "File name")->required();
 
   CLI::App* ls = app.add_subcommand("ls", "List the files the server serves");
+  std::string ls_prefix;
+  ls->add_option("prefix", ls_prefix,
+                 "Only names that start with this (\"ds/v/\" for what a directory holds)");
   ls->add_flag("--json", json, "Print JSON");
 
   CLI::App* stats = app.add_subcommand("stats", "Per-path statistics of the server");
@@ -276,7 +279,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*ls) {
-    auto files = (*cluster)->List();
+    auto files = (*cluster)->List(ls_prefix);
     if (!files.ok()) return Fail(files.status(), target);
     const bool several = (*cluster)->servers().size() > 1;
     if (json) {

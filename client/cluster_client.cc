@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -355,7 +356,8 @@ absl::StatusOr<v1::FileInfo> ClusterClient::Stat(const std::string& file) {
                              [&](BlockReadClient& client) { return client.Stat(file); });
 }
 
-absl::StatusOr<std::vector<ClusterClient::ListedFile>> ClusterClient::List() {
+absl::StatusOr<std::vector<ClusterClient::ListedFile>> ClusterClient::List(
+    const std::string& prefix) {
   std::shared_ptr<Server> only;
   {
     std::lock_guard lock(mu_);
@@ -363,7 +365,7 @@ absl::StatusOr<std::vector<ClusterClient::ListedFile>> ClusterClient::List() {
   }
   std::vector<ListedFile> listed;
   if (only != nullptr) {
-    auto files = only->client->List();
+    auto files = only->client->List(prefix);
     if (!files.ok()) return files.status();
     for (v1::FileInfo& info : *files) listed.push_back({std::move(info), {only->address}});
     return listed;
@@ -377,6 +379,7 @@ absl::StatusOr<std::vector<ClusterClient::ListedFile>> ClusterClient::List() {
         absl::StrCat("no server reachable (", absl::StrJoin(addresses, ", "), ")"));
   }
   for (const auto& [name, holders] : replicas_) {
+    if (!absl::StartsWith(name, prefix)) continue;
     ListedFile file{infos_.at(name), {}};
     for (const auto& s : holders) file.servers.push_back(s->address);
     listed.push_back(std::move(file));

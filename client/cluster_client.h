@@ -69,8 +69,8 @@ class ClusterClient {
     v1::FileInfo info;
     std::vector<std::string> servers;  // the replicas, in target order
   };
-  // Every file of every server, with the servers that hold it.
-  absl::StatusOr<std::vector<ListedFile>> List();
+  // Every file of every server whose name starts with `prefix`, with the servers that hold it.
+  absl::StatusOr<std::vector<ListedFile>> List(const std::string& prefix = "");
 
   // The servers now known, in target order.
   std::vector<std::string> servers() const;

@@ -4,6 +4,8 @@
 #include <array>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/config.h"
 #include "server/proto_conversions.h"
@@ -71,18 +73,24 @@ grpc::Status ListFiles(Worker& worker, const Identity& caller, const v1::ListFil
   const uint32_t page_size =
       request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
   storage::Catalog& catalog = worker.shared().catalog;
+  // Read before the names: a page never claims a generation newer than what it lists.
+  response->set_generation(catalog.names_generation());
   const std::vector<std::string> names = catalog.FileNames();
+  const std::string& prefix = request.prefix();
   // The page token is the last name of the previous page: stable while files are listed.
-  auto it = request.page_token().empty()
-                ? names.begin()
+  auto it = request.page_token().empty() || request.page_token() < prefix
+                ? std::lower_bound(names.begin(), names.end(), prefix)
                 : std::upper_bound(names.begin(), names.end(), request.page_token());
-  for (; it != names.end() && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
+  const auto end = std::find_if(it, names.end(), [&](const std::string& name) {
+    return !absl::StartsWith(name, prefix);
+  });
+  for (; it != end && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
     if (!caller.MayRead(*it)) continue;
     auto map = catalog.Resolve(*it);
     if (!map.ok()) continue;  // removed since import: not listable now
     *response->add_files() = DescribeFileFor(caller, catalog, **map);
   }
-  if (it != names.end() && response->files_size() > 0) {
+  if (it != end && response->files_size() > 0) {
     response->set_next_page_token(response->files(response->files_size() - 1).name());
   }
   return grpc::Status::OK;

@@ -211,6 +211,9 @@ class Catalog {
 
   // All file names served now, sorted.
   std::vector<std::string> FileNames() const;
+  // Grows each time names are added to or removed from the served set (after the new set is
+  // published); starts at the wall clock's nanoseconds, so a restarted server's is larger.
+  uint64_t names_generation() const { return names_generation_.load(std::memory_order_acquire); }
   size_t file_count() const;
 
  private:
@@ -298,6 +301,7 @@ class Catalog {
   // pointer to one is always valid.
   std::vector<std::unique_ptr<FileEntry>> entries_;
   std::atomic<const NameTable*> names_{nullptr};
+  std::atomic<uint64_t> names_generation_;
   ReadEpochs epochs_;
   // Guards publishing versions and name tables against Resolve()'s and the listings' reads.
   mutable std::mutex versions_mu_;

@@ -166,6 +166,7 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
     owned_names_ = std::move(next);
     names_.store(owned_names_.get(), std::memory_order_release);
   }
+  names_generation_.fetch_add(1, std::memory_order_acq_rel);
   // Once no read can be using the old table, nothing reaches the removed entries: their files are
   // let go and their slots serve the next new files.
   epochs_.WaitForEarlierReads();

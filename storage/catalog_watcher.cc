@@ -19,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "storage/catalog_internal.h"
 #include "storage/log.h"
 #include "storage/posix_status.h"
@@ -363,7 +365,9 @@ class Catalog::Watcher {
 };
 
 // Here rather than in catalog.cc: both need the whole Watcher (unique_ptr's deleter).
-Catalog::Catalog() : owned_names_(std::make_unique<NameTable>()) {
+Catalog::Catalog()
+    : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))),
+      owned_names_(std::make_unique<NameTable>()) {
   names_.store(owned_names_.get(), std::memory_order_release);
 }
 

@@ -2,7 +2,10 @@
 // the client library: byte-for-byte reads through both RPCs from many channels and streams at
 // once, per-read errors inside a stream, Explain against the path taken, health, and a graceful
 // SIGTERM (exit 0) at the end of every test.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -10,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
 #include "gtest/gtest.h"
@@ -332,6 +337,63 @@ TEST_F(ServerTest, ListAndStat) {
   ASSERT_TRUE(punched.ok());
   EXPECT_EQ(punched->source(), v1::FIEMAP);
   EXPECT_EQ(punched->extent_count(), 128u);
+}
+
+// ListFiles by prefix, page by page; a file created in a served tree after startup is listed
+// (under a larger generation) and read byte for byte, and its removal is seen by the next read.
+TEST_F(ServerTest, ListFilesByPrefixAndAFileCreatedAfterStartupIsListedAndServed) {
+  auto stub = v1::BlockRead::NewStub(client_->channel());
+  const auto list = [&](const std::string& prefix, uint32_t page_size, const std::string& token,
+                        v1::ListFilesResponse* response) {
+    grpc::ClientContext context;
+    v1::ListFilesRequest request;
+    request.set_prefix(prefix);
+    request.set_page_size(page_size);
+    request.set_page_token(token);
+    return stub->ListFiles(&context, request, response);
+  };
+  std::vector<std::string> expected;
+  for (const auto& [name, path] : files_) {
+    if (absl::StartsWith(name, "xfs/")) expected.push_back(name);
+  }
+  std::vector<std::string> paged;
+  std::string token;
+  uint64_t generation = 0;
+  do {  // two names a page: the prefix holds across page tokens
+    v1::ListFilesResponse page;
+    ASSERT_TRUE(list("xfs/", 2, token, &page).ok());
+    for (const v1::FileInfo& f : page.files()) paged.push_back(f.name());
+    generation = page.generation();
+    token = page.next_page_token();
+  } while (!token.empty());
+  EXPECT_EQ(paged, expected);
+  EXPECT_GT(generation, 0u);
+
+  const std::string path = roots_[0] + "/ext4/created-after-startup.bin";
+  absl::Cleanup remove = [&] { unlink(path.c_str()); };
+  const std::vector<char> bytes = testing::RandomBytes(12345, 77);
+  ASSERT_TRUE(testing::WriteAt(path, 0, bytes, false).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!client_->Stat("ext4/created-after-startup.bin").ok() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto read = client_->Read("ext4/created-after-startup.bin", 0, bytes.size());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->data(), std::string(bytes.begin(), bytes.end()));
+  v1::ListFilesResponse listed;
+  ASSERT_TRUE(list("ext4/created", 100, "", &listed).ok());
+  ASSERT_EQ(listed.files_size(), 1);
+  EXPECT_EQ(listed.files(0).name(), "ext4/created-after-startup.bin");
+  EXPECT_EQ(listed.files(0).size(), bytes.size());
+  EXPECT_GT(listed.generation(), generation);
+
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  EXPECT_EQ(client_->Read("ext4/created-after-startup.bin", 0, 4096).status().code(),
+            absl::StatusCode::kNotFound);
+  auto files = client_->List();
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(files->size(), files_.size());
 }
 
 // Reads in flight on a stream when SIGTERM arrives are all answered in full; the server exits 0.

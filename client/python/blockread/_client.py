@@ -499,8 +499,10 @@ class Client:
                                                pb.StatFileRequest(file=file),
                                                self._timeout(timeout)), servers=(self.target,))
 
-    def ls(self, *, page_size: int = 1000, timeout: Any = _DEFAULT) -> List[FileInfo]:
-        """Every served file, in name order, as FileInfo (all pages; `timeout` is per page).
+    def ls(self, prefix: str = "", *, page_size: int = 1000,
+           timeout: Any = _DEFAULT) -> List[FileInfo]:
+        """Every served file whose name starts with `prefix` ("ds/v/" for what a directory
+        holds; empty: every file), in name order, as FileInfo (all pages; `timeout` is per page).
 
         With several servers: every server is listed now, and each name appears once, with the
         servers holding it (`servers`; see FileInfo). A server backed off after failing is not
@@ -508,12 +510,13 @@ class Client:
         when no server has ever been listed.
         """
         if self._routed:
-            return self._cluster().ls(page_size, self._timeout(timeout))
+            return self._cluster().ls(page_size, self._timeout(timeout), prefix)
         files: List[FileInfo] = []
         token = ""
         while True:
             response = self._unary(self._conn().stub.ListFiles,
-                                   pb.ListFilesRequest(page_size=page_size, page_token=token),
+                                   pb.ListFilesRequest(page_size=page_size, page_token=token,
+                                                       prefix=prefix),
                                    self._timeout(timeout))
             files.extend(FileInfo.from_proto(info, servers=(self.target,))
                          for info in response.files)

@@ -318,8 +318,9 @@ class Cluster:
 
     # ---- Calls about every file or server ----------------------------------------------------
 
-    def ls(self, page_size, timeout):
-        """The merged table, in name order, listed afresh (every server, every page)."""
+    def ls(self, page_size, timeout, prefix=""):
+        """The merged table's names that start with `prefix`, in name order, listed afresh
+        (every server, every page)."""
         self.maybe_refresh(force=True, list_timeout=timeout, page_size=page_size)
         with self._lock:
             if not any(s.listed for s in self._servers):
@@ -327,7 +328,7 @@ class Cluster:
                                     for s in self._servers)
                 raise errors.Unavailable(f"no server could be listed ({reasons})")
             return [FileInfo.from_proto(r.info, servers=tuple(s.address for s in r.servers))
-                    for _, r in sorted(self._table.items())]
+                    for name, r in sorted(self._table.items()) if name.startswith(prefix)]
 
     def each_server(self, ask, server):
         """ask(connection) on `server` (an address; its errors raised), or, when None, on every

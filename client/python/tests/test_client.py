@@ -151,6 +151,14 @@ def test_ls_pages(served, client):
     assert client.ls(page_size=7) == client.ls()
 
 
+def test_ls_by_prefix(served, client):
+    everything = client.ls()
+    for prefix in ("b", "big", "tiny.txt", "no-such-prefix", ""):
+        expected = [i for i in everything if i.name.startswith(prefix)]
+        assert client.ls(prefix) == expected
+        assert client.ls(prefix, page_size=1) == expected
+
+
 def test_stats_and_explain(served, client):
     client.read("block", 0, 4096)
     stats = client.stats()

@@ -364,6 +364,7 @@ def test_three_servers_ls_read_and_spread(trio, images, request):
     assert c.servers == targets
     listed = {f.name: f for f in c.ls()}
     assert sorted(listed) == ["own0", "own1", "own2", "shared"]
+    assert [f.name for f in c.ls("own")] == ["own0", "own1", "own2"]
     assert listed["shared"].servers == tuple(targets)
     assert listed["shared"].size == SHARED_SIZE and listed["shared"].version == ""
     for i in range(3):
