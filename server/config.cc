@@ -39,12 +39,13 @@ ABSL_FLAG(std::optional<std::vector<std::string>>, serve_files, std::nullopt,
           "Comma-separated files or directories on mounted ext4/XFS filesystems, imported with "
           "FIEMAP and served under their path relative to the given root (a file: its base "
           "name). Files FIEMAP cannot describe are served through the file itself.");
-ABSL_FLAG(std::optional<uint32_t>, max_new_files, std::nullopt,
-          absl::StrCat("How many files created or moved in under --serve-files directories after "
-                       "startup can be served at once, each holding one descriptor from startup "
-                       "on (default ",
-                       blockread::storage::kDefaultNewFileSlots,
-                       "); 0: only the files present at startup."));
+ABSL_FLAG(std::optional<uint32_t>, max_open_files, std::nullopt,
+          absl::StrCat("The most --serve-files files open at once, each holding a descriptor and, "
+                       "while read from the raw device, a read lease (default ",
+                       blockread::storage::kDefaultMaxOpenFiles,
+                       ", and at most RLIMIT_NOFILE less ", blockread::storage::kReservedDescriptors,
+                       "). Served names are not bounded by it: a file is opened on its first "
+                       "read, and the least recently read open file is closed to make room."));
 ABSL_FLAG(std::optional<std::string>, manifest, std::nullopt,
           "Manifest (blockread.v1.Manifest textproto) of devices and per-file extents for layouts "
           "written straight to raw devices.");
@@ -272,8 +273,8 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
   if (config.max_read_bytes() == 0) config.set_max_read_bytes(kEngineDefaults.max_read_bytes);
   if (config.max_io_bytes() == 0) config.set_max_io_bytes(kEngineDefaults.max_io_bytes);
   if (!config.has_idle_spin_us()) config.set_idle_spin_us(kDefaultIdleSpinUs);
-  if (!config.has_max_new_files()) {
-    config.set_max_new_files(static_cast<uint32_t>(storage::kDefaultNewFileSlots));
+  if (!config.has_max_open_files()) {
+    config.set_max_open_files(static_cast<uint32_t>(storage::kDefaultMaxOpenFiles));
   }
   if (config.simple_slots() == 0) config.set_simple_slots(kEngineDefaults.simple_slots);
   if (config.generic_slots() == 0) config.set_generic_slots(kEngineDefaults.generic_slots);
@@ -390,7 +391,7 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_max_io_bytes)) config.set_max_io_bytes(*v);
   if (auto v = absl::GetFlag(FLAGS_data_dir)) config.set_data_dir(*v);
   if (auto v = absl::GetFlag(FLAGS_idle_spin_us)) config.set_idle_spin_us(*v);
-  if (auto v = absl::GetFlag(FLAGS_max_new_files)) config.set_max_new_files(*v);
+  if (auto v = absl::GetFlag(FLAGS_max_open_files)) config.set_max_open_files(*v);
   if (auto v = absl::GetFlag(FLAGS_reflection)) config.set_reflection(*v);
   if (auto v = absl::GetFlag(FLAGS_simple_slots)) config.set_simple_slots(*v);
   if (auto v = absl::GetFlag(FLAGS_generic_slots)) config.set_generic_slots(*v);

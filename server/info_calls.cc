@@ -62,7 +62,9 @@ grpc::Status StatFile(Worker& worker, const Identity& caller, const v1::StatFile
   // A file the caller may not read does not exist for it: the same answer as an unknown name.
   if (!caller.MayRead(request.file()))
     return ToGrpcStatus(storage::UnknownFileError(request.file()));
-  auto map = worker.shared().catalog.Resolve(request.file());
+  // A file asked about is likely read next: opened meanwhile if it is not open.
+  worker.shared().catalog.Prefetch(request.file());
+  auto map = worker.shared().catalog.ResolveWithoutOpening(request.file());
   if (!map.ok()) return ToGrpcStatus(map.status());
   *response = DescribeFileFor(caller, worker.shared().catalog, **map);
   return grpc::Status::OK;
@@ -86,7 +88,7 @@ grpc::Status ListFiles(Worker& worker, const Identity& caller, const v1::ListFil
   });
   for (; it != end && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
     if (!caller.MayRead(*it)) continue;
-    auto map = catalog.Resolve(*it);
+    auto map = catalog.ResolveWithoutOpening(*it);
     if (!map.ok()) continue;  // removed since import: not listable now
     *response->add_files() = DescribeFileFor(caller, catalog, **map);
   }
@@ -151,7 +153,9 @@ grpc::Status Explain(Worker& worker, const Identity&, const v1::ExplainRequest& 
     return ToGrpcStatus(valid);
   }
   storage::Catalog& catalog = worker.shared().catalog;
-  auto map = catalog.Resolve(request.file());
+  // Explained as the read would find it: a file that is not open is opened first (a diagnostic,
+  // so the worker may wait briefly; never long, see ResolveWaitingAtMost).
+  auto map = catalog.ResolveWaitingAtMost(request.file(), absl::Milliseconds(500));
   if (!map.ok()) return ToGrpcStatus(map.status());
   const storage::FileMap& file = **map;
   const uint64_t size = file.SizeNow();
@@ -332,9 +336,9 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   }
   const storage::RouteCounts routes = shared.catalog.route_counts();
   if (file_routes != nullptr) {
-    // Counted by what is served now: some file-route devices are slots waiting for new files.
-    file_routes->set_path(absl::StrCat("(", routes.leased + routes.file_route + routes.unavailable,
-                                       " imported files, each read through its own descriptor)"));
+    // The file-route devices are the open-file cache's slots.
+    file_routes->set_path(absl::StrCat("(", routes.open_slots,
+                                       " open-file slots, each read through its own descriptor)"));
   }
   ErrorCountsToProto(snapshot.rejected, response.mutable_rejected());
   response.set_uptime_ns(now_ns - shared.start_ns);
@@ -342,6 +346,10 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
   response.mutable_files()->set_leased(routes.leased);
   response.mutable_files()->set_file_route(routes.file_route);
   response.mutable_files()->set_unavailable(routes.unavailable);
+  response.mutable_files()->set_not_open(routes.not_open);
+  response.mutable_files()->set_open_slots(routes.open_slots);
+  response.mutable_files()->set_opens(routes.opens);
+  response.mutable_files()->set_evictions(routes.evictions);
   return response;
 }
 

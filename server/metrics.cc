@@ -157,11 +157,25 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
 
   FamilyBuilder files(out, "blockread_files",
                       "Imported files by how they are read now: leased (from the raw device), "
-                      "file (through the file itself), unavailable (removed or replaced).",
+                      "file (through the file itself), unavailable (removed or replaced), "
+                      "not_open (opened on their first read).",
                       MetricType::Gauge);
   files.Gauge({{"route", "leased"}}, static_cast<double>(stats.files().leased()));
   files.Gauge({{"route", "file"}}, static_cast<double>(stats.files().file_route()));
   files.Gauge({{"route", "unavailable"}}, static_cast<double>(stats.files().unavailable()));
+  files.Gauge({{"route", "not_open"}}, static_cast<double>(stats.files().not_open()));
+  FamilyBuilder(out, "blockread_open_file_slots",
+                "How many served files may be open at once (--max-open-files, capped by "
+                "RLIMIT_NOFILE).",
+                MetricType::Gauge)
+      .Gauge({}, static_cast<double>(stats.files().open_slots()));
+  FamilyBuilder(out, "blockread_file_opens_total",
+                "Served files opened because a read asked for them.", MetricType::Counter)
+      .Counter({}, static_cast<double>(stats.files().opens()));
+  FamilyBuilder(out, "blockread_file_evictions_total",
+                "Open served files closed to make room for others (least recently read first).",
+                MetricType::Counter)
+      .Counter({}, static_cast<double>(stats.files().evictions()));
 
   FamilyBuilder reads(out, "blockread_reads_total", "Reads finished, by the path that served them.",
                       MetricType::Counter);

@@ -204,6 +204,7 @@ Admission ReadBlockCall::TryStart() {
     case storage::StartOutcome::kBusy:
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
+    case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
       return Admission::kDeviceBusy;
   }
   return Admission::kSlotsBusy;
@@ -435,6 +436,7 @@ Admission ReadBlocksCall::TryStart(StreamRead& read) {
     case storage::StartOutcome::kBusy:
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
+    case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
       return Admission::kDeviceBusy;
   }
   return Admission::kSlotsBusy;

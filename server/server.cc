@@ -34,7 +34,7 @@ absl::Status AddConfiguredSources(const v1::ServerConfig& config, storage::Catal
   if (!config.manifest().empty()) {
     if (absl::Status s = storage::LoadManifest(config.manifest(), catalog); !s.ok()) return s;
   }
-  catalog.set_new_file_slots(config.max_new_files());
+  catalog.set_max_open_files(config.max_open_files());
   for (const std::string& path : config.serve_files()) {
     auto added = catalog.ImportTree(path);
     if (!added.ok()) return added.status();

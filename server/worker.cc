@@ -233,7 +233,8 @@ void Worker::Loop() {
       counters_.empty_polls.Add(1);
     }
     turn_start = now;
-    if (turn == Turn::kBusy || engine_->reads_in_flight() > 0 || engine_->waiting_for_names()) {
+    if (turn == Turn::kBusy || engine_->reads_in_flight() > 0 || engine_->waiting_for_names() ||
+        engine_->waiting_for_opens()) {
       idle_since = 0;
       continue;
     }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "storage/catalog_internal.h"
 #include "storage/log.h"
 #include "storage/posix_status.h"
@@ -81,26 +82,33 @@ bool RawBytesMatchFile(const FileMap& map, int file_fd, const Device& disk) {
 
 }  // namespace
 
-absl::Status Catalog::AddEntry(std::unique_ptr<FileEntry> entry) {
-  if (entry->name.empty()) return absl::InvalidArgumentError("a file name must not be empty");
+absl::Status Catalog::AddEntry(FileEntry& entry) {
+  if (entry.name.empty()) return absl::InvalidArgumentError("a file name must not be empty");
   std::lock_guard lock(versions_mu_);
   // Setup: no read runs yet, so the table is changed in place.
-  auto [it, inserted] = owned_names_->try_emplace(entry->name, entry.get());
+  auto [it, inserted] = owned_names_->try_emplace(entry.name, &entry);
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("file name '", it->first, "' is used twice"));
   }
-  entry->reachable = true;
-  entries_.push_back(std::move(entry));
+  entry.reachable = true;
   return absl::OkStatus();
 }
 
 absl::Status Catalog::AddStaticFile(FileMap map) {
-  auto entry = std::make_unique<FileEntry>();
+  if (Find(map.name()) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("file name '", map.name(), "' is used twice"));
+  }
+  FileEntry* entry;
+  {
+    std::lock_guard lock(watch_mu_);
+    entry = NewEntry();
+  }
   entry->name = map.name();
+  entry->present = false;
   auto version = std::make_unique<FileVersion>();
   version->map = std::make_shared<const FileMap>(std::move(map));
   Publish(*entry, std::move(version));
-  return AddEntry(std::move(entry));
+  return AddEntry(*entry);
 }
 
 absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
@@ -118,8 +126,7 @@ absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
   return AddStaticFile(*std::move(map));
 }
 
-std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why,
-                                                      bool may_add_devices) {
+std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why) {
   auto version = std::make_unique<FileVersion>();
   const std::string path = entry.source.display();
   std::string reason = why;
@@ -133,7 +140,7 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
       reason = absl::StrCat("its extents could not be mapped (", IncidentNote(incident), ")");
     } else if (!mapped->file_route_reason.empty()) {
       reason = mapped->file_route_reason;
-    } else if (disk = DiskFor(*mapped, may_add_devices); !disk.ok()) {
+    } else if (disk = DiskFor(*mapped); !disk.ok()) {
       reason = std::string(disk.status().message());
     } else {
       const Device& device = *devices_[*disk];
@@ -208,48 +215,60 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source, Tree* 
   }
   if (absl::Status started = StartWatcher(); !started.ok()) return started;
   const std::string path = source.display();
-  auto opened = OpenBeneath(source, O_RDONLY | O_DIRECT);
-  if (!opened.ok()) {
-    if (absl::IsResourceExhausted(opened.status())) {
-      rlimit limit = {};
-      getrlimit(RLIMIT_NOFILE, &limit);
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "cannot serve %s: the server holds one descriptor per served file and reached "
-          "RLIMIT_NOFILE (%u); raise it (LimitNOFILE= in systemd, ulimit -n)",
-          path, limit.rlim_cur));
+  std::lock_guard lock(watch_mu_);
+  if (tree == nullptr) {
+    // A file named on its own: said at startup when it is not there or not a regular file, and
+    // its directory watched. (A tree's walk has seen its files' types and watched them already.)
+    auto opened = OpenBeneath(source, O_PATH);
+    if (!opened.ok()) {
+      if (absl::IsResourceExhausted(opened.status())) {
+        rlimit limit = {};
+        getrlimit(RLIMIT_NOFILE, &limit);
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "cannot serve %s: the server is out of descriptors (RLIMIT_NOFILE %u); raise it "
+            "(LimitNOFILE= in systemd, ulimit -n), or lower --max-open-files",
+            path, limit.rlim_cur));
+      }
+      return opened.status();
     }
-    return opened.status();
-  }
-  struct stat st;
-  if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+    struct stat st;
+    const bool regular = fstat(*opened, &st) == 0 && S_ISREG(st.st_mode);
     close(*opened);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    if (!regular) return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    AddDiskOf(st.st_dev);
+    if (absl::Status s = WatchDirectory(path.substr(0, path.rfind('/'))); !s.ok()) return s;
   }
-  auto entry = std::make_unique<FileEntry>();
-  entry->name = name;
+  FileEntry* entry = NewEntry();
+  entry->name = std::move(name);
   entry->source = std::move(source);
   entry->tree = tree;
-  entry->inode = InodeOf(st);
-  entry->present = true;
-  // One descriptor per file: the file's own device, which also holds the lease.
-  Device::Options options;
-  options.file_route = true;
-  options.adopt_fd = *opened;
-  auto device = Device::Open(absl::StrCat("file:", name), path, options);
-  if (!device.ok()) return device.status();
-  std::lock_guard lock(watch_mu_);
-  auto added = AddDevice(*std::move(device));
-  if (!added.ok()) return added.status();
-  entry->file_device = *added;
-  entry->inode_fd = devices_[*added]->fd();
-  if (absl::Status watched = Watch(*entry); !watched.ok()) return watched;
-  TakeLease(*entry);
-  if (!entry->owned->map) {
-    by_lease_fd_.erase(entry->inode_fd);
+  by_display_path_[path] = entry;
+  if (absl::Status added = AddEntry(*entry); !added.ok()) {
     by_display_path_.erase(path);
-    return entry->owned->unavailable;
+    free_entries_.push_back(entry);
+    return added;
   }
-  return AddEntry(std::move(entry));
+  // A file named on its own is opened, leased and mapped now (the operator named it; a tree's
+  // files wait for their first read). It may be closed later like any other to make room.
+  if (tree == nullptr && !free_open_slots_.empty() && OpenIntoSlot(*entry)) TakeLease(*entry);
+  return absl::OkStatus();
+}
+
+void Catalog::AddDiskOf(dev_t filesystem) {
+  auto disk = LocateOnDisk(filesystem);
+  if (!disk.ok()) return;  // btrfs, tmpfs ...: its files are read through themselves
+  for (const std::unique_ptr<Device>& device : devices_) {
+    if (device->kind() == DeviceKind::kBlockDevice && device->device_number() == disk->disk_device) {
+      return;
+    }
+  }
+  auto device = Device::Open(std::filesystem::path(disk->disk_path).filename(), disk->disk_path);
+  if (!device.ok()) {
+    LogWarning(absl::StrCat("files on ", disk->disk_path,
+                            " are read through themselves: ", device.status().message()));
+    return;
+  }
+  (void)AddDevice(*std::move(device));
 }
 
 absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
@@ -276,23 +295,18 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   absl::StatusOr<std::vector<std::string>> found;
   {
     std::lock_guard lock(watch_mu_);
+    struct stat st;
+    if (fstat((*directory)->fd(), &st) == 0) AddDiskOf(st.st_dev);
     trees_.push_back(std::make_unique<Tree>(Tree{*std::move(directory)}));
     tree = trees_.back().get();
     found = WalkTree(*tree);  // watches first, then lists: nothing created meanwhile is missed
   }
   if (!found.ok()) return found.status();
-  uint32_t block_size = 4096;
+  // Names only: each file is opened, leased and mapped on its first read.
   for (const std::string& relative : *found) {
     absl::Status added = ImportBeneath(relative, BeneathPath{tree->root, relative}, tree);
     if (!added.ok()) return added;
   }
-  std::lock_guard lock(watch_mu_);
-  for (const std::unique_ptr<Device>& device : devices_) {
-    if (device->kind() == DeviceKind::kFileRoute) {
-      block_size = std::max(block_size, device->logical_block_size());
-    }
-  }
-  if (vacant_.empty()) ReserveNewFileSlots(block_size);
   if (found->empty()) {
     LogInfo(absl::StrFormat("%s holds no regular file yet; files created in it are served", path));
   }
@@ -306,10 +320,16 @@ const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unav
     *unavailable = UnknownFileError(name);
     return nullptr;
   }
-  const FileVersion* version = it->second->current.load(std::memory_order_acquire);
+  const FileEntry& entry = *it->second;
+  // CLOCK's referenced bit: a load, and a store only when the hand has cleared it.
+  if (!entry.referenced.load(std::memory_order_relaxed)) [[unlikely]] {
+    entry.referenced.store(true, std::memory_order_relaxed);
+  }
+  const FileVersion* version = entry.current.load(std::memory_order_acquire);
   if (version->map) [[likely]] {
     return version->map.get();
   }
+  if (version == &cold_version_) RequestOpen(*it->second);  // *unavailable stays OK: not open
   *unavailable = version->unavailable;
   return nullptr;
 }
@@ -320,13 +340,51 @@ Catalog::FileEntry* Catalog::Find(absl::string_view name) const {
   return it == owned_names_->end() ? nullptr : it->second;
 }
 
-absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) const {
-  std::lock_guard lock(versions_mu_);
-  auto it = owned_names_->find(name);
-  if (it == owned_names_->end()) return UnknownFileError(name);
-  const FileVersion& version = *it->second->owned;
-  if (version.map) return version.map;
-  return version.unavailable;
+absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
+  FileEntry* entry = Find(name);
+  if (entry == nullptr) return UnknownFileError(name);
+  if (entry->current.load(std::memory_order_acquire) == &cold_version_) {
+    RequestOpen(*entry);
+    WaitUntilCurrent();
+  }
+  return ResolveWithoutOpening(name);
+}
+
+void Catalog::Prefetch(absl::string_view name) {
+  FileEntry* entry = Find(name);
+  if (entry == nullptr || entry->current.load(std::memory_order_acquire) != &cold_version_) return;
+  RequestOpen(*entry);
+  RequestCatchUp();
+}
+
+absl::StatusOr<FileMapRef> Catalog::ResolveWaitingAtMost(absl::string_view name,
+                                                         absl::Duration wait) {
+  FileEntry* entry = Find(name);
+  if (entry != nullptr && entry->current.load(std::memory_order_acquire) == &cold_version_) {
+    RequestOpen(*entry);
+    const uint64_t ticket = RequestCatchUp();
+    const absl::Time deadline = absl::Now() + wait;
+    while (!HasCaughtUp(ticket) && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(50));
+  }
+  return ResolveWithoutOpening(name);
+}
+
+absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name) const {
+  const FileEntry* cold = nullptr;
+  {
+    std::lock_guard lock(versions_mu_);
+    auto it = owned_names_->find(name);
+    if (it == owned_names_->end()) return UnknownFileError(name);
+    if (it->second->owned != nullptr) {
+      const FileVersion& version = *it->second->owned;
+      if (version.map) return version.map;
+      return version.unavailable;
+    }
+    cold = it->second;
+  }
+  // Not open: its size now, by a stat beneath its root (its source is set before it is named and
+  // does not change while it is: entries are reused only once no name reaches them).
+  return DescribeCold(*cold);
 }
 
 absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {
@@ -353,13 +411,21 @@ std::string Catalog::DeclaredVersion(absl::string_view name) const {
 std::string Catalog::RouteNote(absl::string_view name) const {
   std::lock_guard lock(versions_mu_);
   auto it = owned_names_->find(name);
-  return it == owned_names_->end() ? "" : it->second->owned->route_note;
+  if (it == owned_names_->end()) return "";
+  return it->second->owned != nullptr ? it->second->owned->route_note : cold_version_.route_note;
 }
 
 RouteCounts Catalog::route_counts() const {
   RouteCounts counts;
   std::lock_guard lock(versions_mu_);
+  counts.open_slots = open_slot_count_;
+  counts.opens = opens_.load(std::memory_order_relaxed);
+  counts.evictions = evictions_.load(std::memory_order_relaxed);
   for (const auto& [name, entry] : *owned_names_) {
+    if (entry->owned == nullptr) {
+      ++counts.not_open;
+      continue;
+    }
     const FileVersion& version = *entry->owned;
     if (!version.map) {
       ++counts.unavailable;

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "storage/device.h"
 #include "storage/device_identity.h"
 #include "storage/extent_map.h"
@@ -27,9 +28,14 @@
 
 namespace blockread::storage {
 
-// How many files created in served trees after startup can be served at once, unless the server
-// is told otherwise (--max-new-files).
-inline constexpr size_t kDefaultNewFileSlots = 2048;
+// How many served files may be open at once (each holds one descriptor, and a read lease while it
+// is read from the raw device), unless the server is told otherwise (--max-open-files). Names are
+// not bounded by it: a file past the cap is opened on its first read, and the least recently read
+// open file is closed to make room.
+inline constexpr size_t kDefaultMaxOpenFiles = 16384;
+// Descriptors the server keeps for everything but open served files (devices, connections,
+// inotify, gRPC's own): the cap stays this far below RLIMIT_NOFILE.
+inline constexpr size_t kReservedDescriptors = 512;
 
 // A file's map as of one Resolve(): an owning reference, valid however long it is kept.
 using FileMapRef = std::shared_ptr<const FileMap>;
@@ -67,33 +73,43 @@ struct RouteCounts {
   uint64_t leased = 0;
   uint64_t file_route = 0;
   uint64_t unavailable = 0;
+  uint64_t not_open = 0;  // names whose file is not open now (opened on their first read)
+  // The open-file cache: its slots (the cap on descriptors of served files), how many files were
+  // opened for reads, and how many were closed to make room.
+  uint64_t open_slots = 0;
+  uint64_t opens = 0;
+  uint64_t evictions = 0;
 };
 
 // Threading: the catalog is built by one thread (the Add*/Import* calls), then served from any
-// number of threads. Devices never change after setup (a served tree reserves, at setup, device
-// slots for the files created in it later). What a name serves (its FileVersion), and which
-// names a served tree holds, are changed only by the catalog's watcher thread, which the first
-// import starts:
-//  - Every FIEMAP-imported file is held open (O_RDONLY | O_DIRECT, opened beneath its served
-//    root, no symlink followed, never blocking) with a read lease on it. Before any open of the
-//    file for writing or truncate returns, the kernel signals the watcher, which publishes a
-//    version read through the file itself (O_DIRECT: the kernel writes dirty pages back first,
-//    so it is exact), waits until raw-device reads of the old version have finished
-//    (ReadEpochs), and only then releases the lease. After the writer closes it (inotify
-//    IN_CLOSE_WRITE, or a retry every second), it takes the lease again first and re-maps the
-//    file under it (FIEMAP_FLAG_SYNC).
-//  - inotify on the served directories keeps names current: a name renamed over or removed is
-//    re-opened; a new regular file is leased and mapped, anything else (a symlink, a FIFO, a
-//    directory) is refused. The old inode stays open until reads of it have finished, so its
-//    blocks are no other file's meanwhile.
-//  - A served tree is live: every directory in it is watched, files created, moved in or
-//    renamed into it are served once no writer holds them open, and names removed or moved out
-//    answer NOT_FOUND. A directory created, moved, or renamed over (at any depth) makes the
-//    watcher walk the tree again and re-open every served name of it by its path, so a moved
-//    grandparent or a swapped directory never leaves old bytes under the old name. The names are
-//    changed (the name table replaced whole) only once the new files are open; re-mapping a
-//    replaced or new file (which writes it back) comes after, so workers waiting for name changes
-//    (storage/name_sync.h) never wait for a writeback.
+// number of threads. Devices never change after setup (the first import reserves, at setup, the
+// device slots of the open-file cache). What a name serves (its FileVersion), and which names a
+// served tree holds, are changed only by the catalog's watcher thread, which the first import
+// starts:
+//  - Names are unbounded, descriptors are not. Startup walks the served trees and names their
+//    files; it opens none. A file is opened (O_RDONLY | O_DIRECT, beneath its served root, no
+//    symlink followed, never blocking) into a slot of the open-file cache when a read first asks
+//    for it (LookupForRead answers "not open"; the watcher opens it, typically in tens of
+//    microseconds), read through itself at once, then leased and mapped. When every slot is
+//    taken, the files least recently read are made cold first (catalog_open_files.cc): once no
+//    read can use them, their leases are dropped and their descriptors let go. A cold file is
+//    never stale: its next read opens what its name names then.
+//  - Every open file has a read lease when it can. Before any open of the file for writing or
+//    truncate returns, the kernel signals the watcher, which publishes a version read through the
+//    file itself (O_DIRECT: the kernel writes dirty pages back first, so it is exact), waits until
+//    raw-device reads of the old version have finished (ReadEpochs), and only then releases the
+//    lease. After the writer closes it (inotify IN_CLOSE_WRITE, or a retry every second), it takes
+//    the lease again first and re-maps the file under it (FIEMAP_FLAG_SYNC).
+//  - inotify on the served directories keeps names current: a name renamed over makes its open
+//    file cold (the next read opens the new one), a name removed answers NOT_FOUND, and a name
+//    that now names a symlink, a FIFO or a directory is refused. The old inode stays open until
+//    reads of it have finished, so its blocks are no other file's meanwhile.
+//  - A served tree is live: every directory in it is watched, files created, moved in or renamed
+//    into it are served once no writer holds them open (seen through the lease, so only where the
+//    server may take one), and names removed or moved out answer NOT_FOUND. A directory created,
+//    moved, or renamed over (at any depth) makes the watcher walk the tree again and look at every
+//    served name of it by its path, so a moved grandparent or a swapped directory never leaves old
+//    bytes under the old name.
 //  - A file that cannot get a lease (open for writing elsewhere, a filesystem that refuses
 //    leases, no CAP_LEASE) is read through the file itself; the log, RouteNote() and
 //    route_counts() say so.
@@ -128,13 +144,13 @@ class Catalog {
   // Imports `path`: a regular file is served as its base name; a directory's regular files
   // (recursively, symlinks not followed) as their path relative to it, opened beneath it, and
   // kept live from then on (see above). Returns how many files were added (an empty directory is
-  // served, with nothing in it yet). The first directory reserves new_file_slots() device slots,
-  // shared by every served tree, for the files created after startup.
+  // served, with nothing in it yet). Walks names only: no file is opened or mapped here.
   absl::StatusOr<size_t> ImportTree(const std::string& path);
-  // How many files created in served trees after startup can be served at once (each slot holds
-  // one descriptor from startup on). Set before the first ImportTree() of a directory.
-  void set_new_file_slots(size_t slots) { new_file_slots_ = slots; }
-  size_t new_file_slots() const { return new_file_slots_; }
+  // The most served files open at once (see kDefaultMaxOpenFiles). Set before the first import;
+  // the first import reserves the slots, at most RLIMIT_NOFILE - kReservedDescriptors of them
+  // (and says so in the log). open_file_slots() is the number reserved.
+  void set_max_open_files(size_t files) { max_open_files_ = files; }
+  size_t open_file_slots() const { return open_slot_count_; }
 
   // ---- Serving (any thread) ----
 
@@ -145,12 +161,26 @@ class Catalog {
   // The read path's lookup: no syscall, no lock, one acquire load. The map stays valid until the
   // caller's ReadEpochs::Reader exits, so call it only between Enter() and Exit() of a reader
   // from epochs(). Null with *unavailable set when the name is unknown or cannot be served now.
+  // Null with *unavailable OK when the file is not open (cold): the first such read asks the
+  // watcher to open it; wait for a RequestCatchUp() ticket and look it up again.
   const FileMap* LookupForRead(absl::string_view name, absl::Status* unavailable) const;
   ReadEpochs& epochs() { return epochs_; }
 
-  // The current map of `name`, kept alive by the returned reference (for StatFile, tools and
-  // tests; takes a lock). NOT_FOUND for unknown or removed names.
-  absl::StatusOr<FileMapRef> Resolve(absl::string_view name) const;
+  // The current map of `name`, kept alive by the returned reference, opening the file first if it
+  // is not open (for tools and tests: it waits for the watcher, so never call it on a thread
+  // whose engine has reads in flight). NOT_FOUND for unknown or removed names.
+  absl::StatusOr<FileMapRef> Resolve(absl::string_view name);
+  // The same without opening it (any thread, workers included): a file that is not open is
+  // described by its size now (one stat beneath its root), as a map without extents whose route
+  // note says it is opened on its first read.
+  absl::StatusOr<FileMapRef> ResolveWithoutOpening(absl::string_view name) const;
+  // Asks the watcher to open `name` if it is not open, without waiting (a file someone asks
+  // about is likely to be read next). Any thread.
+  void Prefetch(absl::string_view name);
+  // Resolve(), waiting at most `wait` for the file to be opened and mapped; then as
+  // ResolveWithoutOpening(). For diagnostics on a worker (Explain): a worker must not wait long,
+  // since the watcher may be waiting for that worker's own reads.
+  absl::StatusOr<FileMapRef> ResolveWaitingAtMost(absl::string_view name, absl::Duration wait);
   // The version DeclareVersion() gave `name`; empty if none (or unknown).
   std::string DeclaredVersion(absl::string_view name) const;
   // Why `name` is read through the file itself now; empty if it is not (or is unknown).
@@ -179,6 +209,9 @@ class Catalog {
   uint64_t RequestCatchUp();
   // Whether the watcher has handled the changes of `ticket`: one acquire load. Any thread.
   bool HasCaughtUp(uint64_t ticket) const;
+  // Whether the files that reads found cold before `ticket` was requested have been opened (or
+  // answer why not): one acquire load, sooner than HasCaughtUp(). Any thread.
+  bool HasOpened(uint64_t ticket) const;
   // Whether the watcher may be between reading name events from NameEventsFd() and applying
   // them (the descriptor no longer polls readable, yet the names are not current): one acquire
   // load. Any thread.
@@ -225,17 +258,20 @@ class Catalog {
   // old one once no read can be using it.
   using NameTable = absl::flat_hash_map<std::string, FileEntry*>;
 
-  absl::Status AddEntry(std::unique_ptr<FileEntry> entry);
+  // Names `entry` (setup only: the table is changed in place).
+  absl::Status AddEntry(FileEntry& entry);
+  // Opens (once) the disk holding filesystem `filesystem`, so that its files' extents can be read
+  // from it; nothing when it has none (btrfs, tmpfs) or cannot be opened (said in the log).
+  void AddDiskOf(dev_t filesystem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   absl::Status ImportBeneath(std::string name, BeneathPath source, Tree* tree);
-  // The disk device holding `mapped`'s extents, opened now if this is setup.
-  absl::StatusOr<DeviceId> DiskFor(const FiemapResult& mapped, bool may_add_devices);
+  // The device holding `mapped`'s extents (opened at setup: AddDiskOf).
+  absl::StatusOr<DeviceId> DiskFor(const FiemapResult& mapped);
   // Publishes `version` as what `entry` serves; once reads that may use the old one have
   // finished, returns (the old version is freed then). No wait for an entry no name reaches.
   void Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version);
   // Builds what `entry` should serve now from its open inode: the raw-device map if it is leased
   // and FIEMAP can map it, else the file route with `why`.
-  std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why,
-                                               bool may_add_devices);
+  std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why);
   // The entry serving `name` now, or null (takes versions_mu_).
   FileEntry* Find(absl::string_view name) const;
 
@@ -243,18 +279,21 @@ class Catalog {
   absl::Status StartWatcher();
   void TakeLease(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   void OnLeaseBreak(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Re-opens `entry`'s name. When it names another file now, that file is served through itself
-  // at once and `entry` is added to `to_lease` (leased and mapped once names are current); when it
-  // names nothing, the name answers NOT_FOUND, and a tree's entry is added to `gone`.
-  void Rebind(FileEntry& entry, std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone)
+  // Looks at what `entry`'s name names now (a stat beneath its root; nothing is opened for
+  // reading). Another file than the open one: `entry` is added to `to_close` (made cold: the next
+  // read opens what the name names then). Nothing, in a served tree: added to `gone`. Something
+  // that is not a regular file, or nothing for a file served on its own: its reads answer why.
+  void Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Every served name re-opened, every tree walked again.
-  void Rescan(std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone)
+  // Every served name looked at again (Rebind), every tree walked again.
+  void Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Leases refused or broken by a writer taken again, and new files whose writer held them open
+  // looked at again. The watcher runs it at least once a second while there are any.
   void RetryLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Starts watching `entry`'s inode: lease signal aimed at the watcher thread, its directory
-  // watched.
-  absl::Status Watch(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  bool HasRetries() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+    return !retry_leases_.empty() || !pending_.empty();
+  }
   // Watches `directory` (a display path) in both inotify instances.
   absl::Status WatchDirectory(const std::string& directory)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
@@ -268,19 +307,38 @@ class Catalog {
   // The tree whose root holds display path `path`, and the path relative to it; null if none.
   Tree* TreeOf(absl::string_view path, std::string* relative)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Serves `relative` of `tree` if it is a regular file no writer holds open and no name serves
-  // yet (else remembers it until its writer closes it). Adds the entry to `added` (served through
-  // the file until names are current, then leased: `to_lease`).
-  void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
-                  std::vector<FileEntry*>& to_lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Walks every tree again, adding the files not served yet.
-  void SyncTrees(std::vector<FileEntry*>& added, std::vector<FileEntry*>& to_lease)
+  // Names `relative` of `tree` (cold: opened on its first read) if it is a regular file no writer
+  // holds open (else remembers it until its writer closes it) and no name serves yet. Adds the
+  // new entry to `added`.
+  void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Walks every tree again, adding the files not served yet.
+  void SyncTrees(std::vector<FileEntry*>& added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Publishes a name table with `added` and without `gone`; once no read can use the old one,
-  // `gone`'s slots are free for new files.
+  // `gone`'s files are let go and their entries reused. A name in `added` that another entry
+  // holds already is not served (said in the log).
   void ChangeNames(const std::vector<FileEntry*>& added, const std::vector<FileEntry*>& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  void ReserveNewFileSlots(uint32_t block_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // The open-file cache (catalog_open_files.cc). A slot is a file-route device whose descriptor
+  // is re-pointed (dup3) at the file it holds, /dev/null while free.
+  void ReserveOpenSlots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Opens the files reads asked for (LookupForRead of a cold name), served through the file at
+  // once and added to `to_lease` (leased and mapped after).
+  void OpenRequested(std::vector<FileEntry*>& to_lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Opens cold `entry` into a slot (closing the least recently read files when none is free).
+  // False when its name no longer names a regular file (its version says why then).
+  bool OpenIntoSlot(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Makes `entries` cold: published as not open, then, once no read can use their old versions,
+  // their leases dropped and their slots freed.
+  void Evict(const std::vector<FileEntry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Frees `entry`'s slot (no read may reach its open file any more).
+  void ReleaseSlot(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Queues a cold entry for the watcher to open (the first read that finds it cold). Any thread.
+  void RequestOpen(FileEntry& entry) const;
+  // A new entry for `name` (reusing one that left the table), cold.
+  FileEntry* NewEntry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // What a cold `entry` is now, by one stat beneath its root: its size, or why it is not served.
+  absl::StatusOr<FileMapRef> DescribeCold(const FileEntry& entry) const;
 
   std::vector<std::unique_ptr<Device>> devices_;
   // Per device: up or down, and what its path named when it was (re)opened (CheckDevices).
@@ -314,13 +372,31 @@ class Catalog {
   absl::flat_hash_map<int, std::string> name_watches_ ABSL_GUARDED_BY(watch_mu_);
   absl::flat_hash_map<int, std::string> content_watches_ ABSL_GUARDED_BY(watch_mu_);
   std::vector<std::unique_ptr<Tree>> trees_ ABSL_GUARDED_BY(watch_mu_);
-  // Slots for files created after startup, not serving any now.
-  std::vector<FileEntry*> vacant_ ABSL_GUARDED_BY(watch_mu_);
+  // The open-file cache: slot i is device open_slot_devices_[i]; which entry holds it (null:
+  // free); the free ones; the CLOCK hand (the next slot looked at for eviction).
+  std::vector<DeviceId> open_slot_devices_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<FileEntry*> open_slot_holder_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<uint32_t> free_open_slots_ ABSL_GUARDED_BY(watch_mu_);
+  size_t clock_hand_ ABSL_GUARDED_BY(watch_mu_) = 0;
+  size_t open_slot_count_ = 0;
+  size_t max_open_files_ = kDefaultMaxOpenFiles;
+  std::atomic<uint64_t> opens_{0};
+  std::atomic<uint64_t> evictions_{0};
+  // Entries that left the name table, no longer reachable by any read: reused for new names.
+  std::vector<FileEntry*> free_entries_ ABSL_GUARDED_BY(watch_mu_);
+  // Entries whose lease is to be taken again (a writer closed, or a map not valid yet).
+  absl::flat_hash_set<FileEntry*> retry_leases_ ABSL_GUARDED_BY(watch_mu_);
+  // Cold entries reads asked to have opened (RequestOpen).
+  mutable std::mutex open_requests_mu_;
+  mutable std::vector<FileEntry*> open_requests_ ABSL_GUARDED_BY(open_requests_mu_);
+  // What a cold name serves: nothing yet, and no reason (LookupForRead asks for it to be opened).
+  FileVersion cold_version_;
+  // Reasons for reading files through themselves already logged (once each, a few at most).
+  static constexpr size_t kMaxToldRoutes = 64;
+  absl::flat_hash_set<std::string> told_routes_ ABSL_GUARDED_BY(watch_mu_);
   // New files a writer still held open: display path -> their tree and relative path.
   absl::flat_hash_map<std::string, std::pair<Tree*, std::string>> pending_
       ABSL_GUARDED_BY(watch_mu_);
-  bool told_slots_full_ ABSL_GUARDED_BY(watch_mu_) = false;
-  size_t new_file_slots_ = kDefaultNewFileSlots;
   std::string default_version_;  // DeclareVersion("*"), for files created later too
   std::unique_ptr<Watcher> watcher_;
   // Odd while the watcher reads and applies inotify events (see ApplyingNameEvents()).

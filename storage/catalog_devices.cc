@@ -122,21 +122,15 @@ std::optional<DeviceId> Catalog::FindDevice(absl::string_view name) const {
   return std::nullopt;
 }
 
-absl::StatusOr<DeviceId> Catalog::DiskFor(const FiemapResult& mapped, bool may_add_devices) {
+absl::StatusOr<DeviceId> Catalog::DiskFor(const FiemapResult& mapped) {
   for (DeviceId id = 0; id < devices_.size(); ++id) {
     if (devices_[id]->kind() == DeviceKind::kBlockDevice &&
         devices_[id]->device_number() == mapped.disk_device) {
       return id;
     }
   }
-  if (!may_add_devices) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "it now lives on ", mapped.disk_path, ", which the server did not open at startup"));
-  }
-  const std::string disk_name = std::filesystem::path(mapped.disk_path).filename();
-  auto device = Device::Open(disk_name, mapped.disk_path);
-  if (!device.ok()) return device.status();
-  return AddDevice(*std::move(device));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "it lives on ", mapped.disk_path, ", which the server did not open at startup"));
 }
 
 }  // namespace blockread::storage

@@ -44,29 +44,34 @@ struct Catalog::Tree {
 };
 
 struct Catalog::FileEntry {
-  std::string name;              // the watcher's (set when a slot takes a new file)
-  std::string declared_version;  // set during setup, or when a slot takes a new file
-  // What the name serves: the read path loads it with acquire; only Publish() stores it.
+  std::string name;              // the watcher's (set when the entry takes a name)
+  std::string declared_version;  // set during setup, or when the entry takes a new name
+  // What the name serves: the read path loads it with acquire; only the watcher stores it.
+  // &Catalog::cold_version_ while the file is not open.
   std::atomic<const FileVersion*> current{nullptr};
-  std::unique_ptr<const FileVersion> owned;  // replaced under versions_mu_
+  std::unique_ptr<const FileVersion> owned;  // replaced under versions_mu_; null while cold
   // Whether a name table holds this entry, or did until reads of that table finished: publishing
   // a new version waits for reads of the old one only then.
   bool reachable = false;
+  // Set by reads that find it (relaxed, only when clear): read since the cache's CLOCK hand last
+  // passed it, so it is not the one closed to make room.
+  mutable std::atomic<bool> referenced{false};
+  // A read found it cold and queued it for opening; cleared once the watcher has looked at it.
+  mutable std::atomic<bool> open_requested{false};
 
   // Imported files only; the watcher's (guarded by watch_mu_).
   BeneathPath source;
   Tree* tree = nullptr;  // the served tree it belongs to; null for a file served on its own
-  // The file's own device (file route), opened at import. Its descriptor is the file the name
-  // serves: the lease is taken on it, and holding it keeps the file's blocks from going to
-  // another file while reads may still use them. When the name is replaced the descriptor is
-  // re-pointed (dup3) at the new file, so the device stays valid in every engine.
+  bool present = false;  // the name named a regular file when last looked at
+  // While open (it holds slot `slot` of the open-file cache): the slot's device (file route),
+  // whose descriptor is the file the name serves. The lease is taken on it, and holding it keeps
+  // the file's blocks from going to another file while reads may still use them.
+  int slot = -1;
   DeviceId file_device = kNoDevice;
-  int inode_fd = -1;     // that device's descriptor
-  bool present = false;  // the name names a regular file (else inode_fd holds /dev/null)
+  int inode_fd = -1;  // that device's descriptor
   InodeKey inode{};
   bool leased = false;
-  // A lease was refused because of a writer, or broken by one: try again when it closes.
-  bool retry_lease = false;
+  bool cold() const { return slot < 0; }
 };
 
 // Points `fd` at /dev/null (dup3), keeping its number: a file route's device that serves nothing.

@@ -1,6 +1,5 @@
-// Served trees kept live: walking them (every directory watched), serving files created in them
-// after startup from slots reserved at setup, and replacing the name table when names come and
-// go. Runs on the watcher thread (and the setup thread, before serving), under watch_mu_.
+// Served trees kept live: walking them (every directory watched), naming files created in them
+// after startup, and replacing the name table when names come and go. Runs on the watcher thread (and the setup thread, before serving), under watch_mu_.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,7 +63,7 @@ Catalog::Tree* Catalog::TreeOf(absl::string_view path, std::string* relative) {
   return nullptr;
 }
 
-void Catalog::SyncTrees(std::vector<FileEntry*>& added, std::vector<FileEntry*>& to_lease) {
+void Catalog::SyncTrees(std::vector<FileEntry*>& added) {
   for (const std::unique_ptr<Tree>& tree : trees_) {
     auto files = WalkTree(*tree);
     if (!files.ok()) {
@@ -72,16 +71,15 @@ void Catalog::SyncTrees(std::vector<FileEntry*>& added, std::vector<FileEntry*>&
                               "; files created there may not be served"));
       continue;
     }
-    for (const std::string& relative : *files) AddNewFile(*tree, relative, added, to_lease);
+    for (const std::string& relative : *files) AddNewFile(*tree, relative, added);
   }
 }
 
-void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
-                         std::vector<FileEntry*>& to_lease) {
+void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added) {
   const std::string display = tree.DisplayOf(relative);
   if (by_display_path_.contains(display)) return;  // served already
   BeneathPath source{tree.root, relative};
-  auto opened = OpenBeneath(source, O_RDONLY | O_DIRECT);
+  auto opened = OpenBeneath(source, O_RDONLY);
   struct stat st;
   if (!opened.ok() || fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
     // Gone again, a symlink, a FIFO, a directory: not served.
@@ -90,57 +88,23 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
     return;
   }
   // Served once closed after writing: no read lease can be had while a writer holds it open.
-  if (fcntl(*opened, F_SETLEASE, F_RDLCK) == 0) {
-    fcntl(*opened, F_SETLEASE, F_UNLCK);
-  } else if (errno == EAGAIN) {
-    close(*opened);
-    pending_.try_emplace(display, &tree, relative);  // IN_CLOSE_WRITE, or the retry each second
-    return;
-  }  // else no leases here (no CAP_LEASE, a filesystem without them): served through the file
-  pending_.erase(display);
-  const bool name_taken = Find(relative) != nullptr ||
-                          std::any_of(added.begin(), added.end(),
-                                      [&](const FileEntry* e) { return e->name == relative; });
-  if (name_taken || vacant_.empty()) {
-    close(*opened);
-    if (name_taken) {
-      LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
-                                 display, relative));
-      return;
-    }
-    // Tried again each second while slots are free (RetryLeases); the walk after any directory
-    // change finds the ones not remembered.
+  // Without leases (no CAP_LEASE for a file the server does not own, a filesystem without them)
+  // a writer cannot be seen: such a file is served at once, read through itself.
+  const bool writer = fcntl(*opened, F_SETLEASE, F_RDLCK) != 0 && errno == EAGAIN;
+  if (!writer) fcntl(*opened, F_SETLEASE, F_UNLCK);
+  close(*opened);
+  if (writer) {
+    // IN_CLOSE_WRITE, or the retry each second.
     if (pending_.size() < kMaxPendingNewFiles) pending_.try_emplace(display, &tree, relative);
-    if (!told_slots_full_) {
-      told_slots_full_ = true;
-      LogWarning(absl::StrFormat(
-          "file %s is not served yet: %u files created since startup are served already, as "
-          "many as --max-new-files allows (each holds a descriptor from startup on); it is "
-          "served once a served file is removed, or after a restart",
-          display, new_file_slots_));
-    }
     return;
   }
-  FileEntry& entry = *vacant_.back();
-  vacant_.pop_back();
-  dup3(*opened, entry.inode_fd, O_CLOEXEC);
-  close(*opened);
-  // No name reaches the slot: its fields change without versions_mu_.
-  entry.name = relative;
-  entry.declared_version = default_version_;
-  entry.source = std::move(source);
-  entry.tree = &tree;
-  entry.inode = InodeOf(st);
-  entry.present = true;
-  entry.leased = false;
-  entry.retry_lease = false;
-  AimSignalsAtWatcher(entry.inode_fd);
-  by_display_path_[display] = &entry;
-  // Read through the file until names are current; then leased and mapped.
-  Publish(entry, VersionOf(entry, "it was created a moment ago (it is mapped next)",
-                           /*may_add_devices=*/false));
-  added.push_back(&entry);
-  to_lease.push_back(&entry);
+  pending_.erase(display);
+  FileEntry* entry = NewEntry();
+  entry->name = relative;
+  entry->source = std::move(source);
+  entry->tree = &tree;
+  by_display_path_[display] = entry;
+  added.push_back(entry);
 }
 
 void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
@@ -155,8 +119,15 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
     auto it = next->find(entry->name);
     if (it != next->end() && it->second == entry) next->erase(it);
   }
+  std::vector<FileEntry*> refused;
   for (FileEntry* entry : added) {
-    (*next)[entry->name] = entry;
+    if (!next->try_emplace(entry->name, entry).second) {
+      LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
+                                 entry->source.display(), entry->name));
+      by_display_path_.erase(entry->source.display());
+      refused.push_back(entry);
+      continue;
+    }
     entry->reachable = true;
   }
   std::unique_ptr<NameTable> old;
@@ -167,43 +138,23 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
     names_.store(owned_names_.get(), std::memory_order_release);
   }
   names_generation_.fetch_add(1, std::memory_order_acq_rel);
+  free_entries_.insert(free_entries_.end(), refused.begin(), refused.end());
+  if (gone.empty()) return;
   // Once no read can be using the old table, nothing reaches the removed entries: their files are
-  // let go and their slots serve the next new files.
+  // let go and the entries serve the next new names.
   epochs_.WaitForEarlierReads();
+  std::vector<std::unique_ptr<const FileVersion>> versions;
   for (FileEntry* entry : gone) {
     entry->reachable = false;
-    auto version = std::make_unique<FileVersion>();
-    version->unavailable = UnknownFileError(entry->name);
-    Publish(*entry, std::move(version));
-    PointAtNothing(entry->inode_fd);
-    entry->inode = {};
-    entry->leased = false;
-    entry->retry_lease = false;
-    vacant_.push_back(entry);
-  }
-  if (!gone.empty()) told_slots_full_ = false;
-}
-
-void Catalog::ReserveNewFileSlots(uint32_t block_size) {
-  for (size_t i = 0; i < new_file_slots_; ++i) {
-    const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (placeholder < 0) {
-      LogWarning(absl::StrFormat("only %u of %u slots for new files reserved: %s", i,
-                                 new_file_slots_, PosixErrorMessage(errno, "open /dev/null")));
-      return;
+    if (entry->leased) fcntl(entry->inode_fd, F_SETLEASE, F_UNLCK);
+    ReleaseSlot(*entry);
+    pending_.erase(entry->source.display());
+    {
+      std::lock_guard lock(versions_mu_);
+      versions.push_back(std::move(entry->owned));
+      entry->current.store(&cold_version_, std::memory_order_release);
     }
-    auto added = AddDevice(Device::FileRouteSlot(absl::StrCat("file-slot:", i), placeholder,
-                                                 block_size));
-    if (!added.ok()) return;
-    auto entry = std::make_unique<FileEntry>();
-    entry->file_device = *added;
-    entry->inode_fd = placeholder;
-    auto version = std::make_unique<FileVersion>();
-    version->unavailable = absl::NotFoundError("no file");
-    Publish(*entry, std::move(version));
-    by_lease_fd_[placeholder] = entry.get();
-    vacant_.push_back(entry.get());
-    entries_.push_back(std::move(entry));
+    free_entries_.push_back(entry);
   }
 }
 

@@ -117,6 +117,9 @@ class Catalog::Watcher {
   bool HasHandled(uint64_t ticket) const {
     return handled_.load(std::memory_order_acquire) >= ticket;
   }
+  // Whether the files reads asked to have opened before `ticket` was requested are open now (or
+  // answer why not): sooner than HasHandled, which also waits for their leases and maps.
+  bool HasOpened(uint64_t ticket) const { return opened_.load(std::memory_order_acquire) >= ticket; }
   void WaitUntilCurrent() {
     const uint64_t ticket = RequestCatchUp();
     std::unique_lock lock(mu_);
@@ -151,21 +154,23 @@ class Catalog::Watcher {
     }
     started.set_value(absl::OkStatus());
 
+    absl::Time last_retry = absl::Now();
     while (!stop_.load()) {
-      bool retry_pending;
+      int timeout_ms = -1;
       {
         std::lock_guard lock(catalog_.watch_mu_);
-        retry_pending =
-            !catalog_.pending_.empty() ||
-            std::any_of(
-                catalog_.by_display_path_.begin(), catalog_.by_display_path_.end(),
-                [](const auto& item) { return item.second->retry_lease && !item.second->leased; });
+        // Retries at least once a second while there are any, events or not: a steady stream of
+        // writes elsewhere must not keep a closed file waiting.
+        if (catalog_.HasRetries()) {
+          const int64_t since = absl::ToInt64Milliseconds(absl::Now() - last_retry);
+          timeout_ms = static_cast<int>(std::clamp<int64_t>(1000 - since, 0, 1000));
+        }
       }
       pollfd fds[4] = {{signal_fd_, POLLIN, 0},
                        {names_fd_, POLLIN, 0},
                        {contents_fd_, POLLIN, 0},
                        {wake_fd_, POLLIN, 0}};
-      const int ready = poll(fds, 4, retry_pending ? 1000 : -1);
+      const int ready = poll(fds, 4, timeout_ms);
       if (ready < 0 && errno != EINTR) {
         LogError(PosixErrorMessage(errno, "file watcher: poll"));
         return;
@@ -174,11 +179,23 @@ class Catalog::Watcher {
       while (read(wake_fd_, &ignored, sizeof(ignored)) > 0) {
       }
       const uint64_t ticket = requested_.load(std::memory_order_acquire);
+      std::vector<FileEntry*> to_lease;
       {
         std::lock_guard lock(catalog_.watch_mu_);
         HandleSignals();
         HandleInotifyEvents();
-        if (ready == 0) catalog_.RetryLeases();
+        // Files reads are waiting for: served through the file at once, and those reads go on
+        // (the ticket) before the leases and maps, which write the files back.
+        catalog_.OpenRequested(to_lease);
+      }
+      opened_.store(ticket, std::memory_order_release);
+      {
+        std::lock_guard lock(catalog_.watch_mu_);
+        for (FileEntry* entry : to_lease) catalog_.TakeLease(*entry);
+        if (catalog_.HasRetries() && absl::Now() - last_retry >= absl::Seconds(1)) {
+          last_retry = absl::Now();
+          catalog_.RetryLeases();
+        }
       }
       std::vector<const std::function<void()>*> tasks;
       {
@@ -209,7 +226,9 @@ class Catalog::Watcher {
     for (FileEntry* entry : broken) catalog_.OnLeaseBreak(*entry);
     if (overflow) {
       LogWarning("file watcher: lease signals overflowed; checking every lease");
-      for (const auto& [path, entry] : catalog_.by_display_path_) {
+      std::vector<FileEntry*> open;
+      for (const auto& [fd, entry] : catalog_.by_lease_fd_) open.push_back(entry);
+      for (FileEntry* entry : open) {
         if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) {
           catalog_.OnLeaseBreak(*entry);
         }
@@ -233,7 +252,7 @@ class Catalog::Watcher {
     // the sequence is even again, served through the file meanwhile (exact).
     catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
     Events names = ReadEvents(names_fd_, catalog_.name_watches_);
-    std::vector<FileEntry*> to_lease, added, gone;
+    std::vector<FileEntry*> to_close, added, gone;
     if (names.rescan) {
       if (names.lost) {
         LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
@@ -242,15 +261,15 @@ class Catalog::Watcher {
         LogInfo("file watcher: a served directory changed; walking every served tree and "
                 "re-opening every served name");
       }
-      catalog_.Rescan(to_lease, gone);
-      catalog_.SyncTrees(added, to_lease);
+      catalog_.Rescan(to_close, gone);
+      catalog_.SyncTrees(added);
     } else {
-      for (FileEntry* entry : names.served) catalog_.Rebind(*entry, to_lease, gone);
-      AddNewFiles(names.unknown, added, to_lease);
+      for (FileEntry* entry : names.served) catalog_.Rebind(*entry, to_close, gone);
+      AddNewFiles(names.unknown, added);
     }
+    catalog_.Evict(to_close);
     catalog_.ChangeNames(added, gone);
     catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
-    for (FileEntry* entry : to_lease) catalog_.TakeLease(*entry);
 
     // Content events: workers do not wait for these.
     Events contents = ReadEvents(contents_fd_, catalog_.content_watches_);
@@ -259,41 +278,39 @@ class Catalog::Watcher {
         LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
                    "max_queued_events); re-checking every served file");
       }
-      std::vector<FileEntry*> leases, more, removed;
+      std::vector<FileEntry*> closing, more, removed;
       catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
-      catalog_.Rescan(leases, removed);
-      catalog_.SyncTrees(more, leases);
+      catalog_.Rescan(closing, removed);
+      catalog_.SyncTrees(more);
+      catalog_.Evict(closing);
       catalog_.ChangeNames(more, removed);
       catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
-      for (FileEntry* entry : leases) catalog_.TakeLease(*entry);
       return;
     }
     for (FileEntry* entry : contents.served) {
-      if (std::find(to_lease.begin(), to_lease.end(), entry) != to_lease.end()) continue;
-      if (!entry->present) continue;
-      // Not leased: the writer may be done (take the lease and map it again), or still at work
-      // (the file route's size is brought up to date). Leased: nothing should have changed it;
-      // map it again under the lease all the same.
+      // Not open: the next read opens what is there then. Not leased: the writer may be done
+      // (take the lease and map it again), or still at work (the file route's size is brought up
+      // to date). Leased: nothing should have changed it; map it again under the lease all the
+      // same.
+      if (!entry->present || entry->cold()) continue;
       if (entry->leased) {
-        catalog_.Publish(*entry, catalog_.VersionOf(*entry, "", /*may_add_devices=*/false));
+        catalog_.Publish(*entry, catalog_.VersionOf(*entry, ""));
       } else {
         catalog_.TakeLease(*entry);
       }
     }
     // New files whose writer closed them: served now (their names appear; no read waits).
-    std::vector<FileEntry*> closed, leases;
-    AddNewFiles(contents.unknown, closed, leases);
+    std::vector<FileEntry*> closed;
+    AddNewFiles(contents.unknown, closed);
     catalog_.ChangeNames(closed, {});
-    for (FileEntry* entry : leases) catalog_.TakeLease(*entry);
   }
 
-  void AddNewFiles(const std::vector<std::string>& paths, std::vector<FileEntry*>& added,
-                   std::vector<FileEntry*>& to_lease)
+  void AddNewFiles(const std::vector<std::string>& paths, std::vector<FileEntry*>& added)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
     std::string relative;
     for (const std::string& path : paths) {
       if (Tree* tree = catalog_.TreeOf(path, &relative)) {
-        catalog_.AddNewFile(*tree, relative, added, to_lease);
+        catalog_.AddNewFile(*tree, relative, added);
       }
     }
   }
@@ -358,6 +375,7 @@ class Catalog::Watcher {
   // the watcher has handled. mu_ only pairs handled_cv_ with handled_ for blocking waiters.
   std::atomic<uint64_t> requested_{0};
   std::atomic<uint64_t> handled_{0};
+  std::atomic<uint64_t> opened_{0};
   std::mutex mu_;
   std::condition_variable handled_cv_;
   // RunOnWatcherThread()'s tasks, run before the ticket they were queued ahead of is handled.
@@ -369,6 +387,7 @@ Catalog::Catalog()
     : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))),
       owned_names_(std::make_unique<NameTable>()) {
   names_.store(owned_names_.get(), std::memory_order_release);
+  cold_version_.route_note = "not open now: it is opened on its first read";
 }
 
 Catalog::~Catalog() {
@@ -379,7 +398,7 @@ Catalog::~Catalog() {
 }
 
 void Catalog::TakeLease(FileEntry& entry) {
-  if (!entry.present) return;  // nothing to lease: Rebind serves the name again when it returns
+  if (!entry.present || entry.cold()) return;  // nothing open: the next read opens it
   std::string refusal;
   int lease_error = 0;
   if (!entry.leased) {
@@ -395,20 +414,25 @@ void Catalog::TakeLease(FileEntry& entry) {
     }
   }
   // The lease first, then the map under it: mapping first would let a writer in unseen.
-  entry.retry_lease = lease_error == EAGAIN;
-  const bool first = entry.owned == nullptr;
-  Publish(entry, VersionOf(entry, refusal, /*may_add_devices=*/first));
+  if (lease_error == EAGAIN) {
+    retry_leases_.insert(&entry);
+  } else {
+    retry_leases_.erase(&entry);
+  }
+  Publish(entry, VersionOf(entry, refusal));
   const FileVersion& now = *entry.owned;
   if (entry.leased && (!now.map || now.map->source() != FileSource::kFiemap)) {
     // Read through the file for a reason the lease does not change (btrfs, inline data):
     // release it so writers do not wait on it for nothing.
     fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
     entry.leased = false;
-    if (now.route_note == kMapNotYetValid) entry.retry_lease = true;  // map it again in a second
+    if (now.route_note == kMapNotYetValid) retry_leases_.insert(&entry);  // map it again soon
   }
-  if (first && !now.route_note.empty()) {
-    LogInfo(absl::StrFormat("file %s (%s) is read through the file itself: %s", entry.name,
-                            entry.source.display(), now.route_note));
+  if (!now.route_note.empty() && now.route_note != kMapNotYetValid &&
+      told_routes_.size() < kMaxToldRoutes && told_routes_.insert(now.route_note).second) {
+    LogInfo(absl::StrFormat("file %s (%s) is read through the file itself: %s (said once for "
+                            "each reason)",
+                            entry.name, entry.source.display(), now.route_note));
   }
 }
 
@@ -417,10 +441,9 @@ void Catalog::OnLeaseBreak(FileEntry& entry) {
   entry.leased = false;
   // New reads go through the file (exact); once raw-device reads of the old map are done, the
   // writer may proceed.
-  Publish(entry, VersionOf(entry, "it is being written (the lease was broken by a writer)",
-                           /*may_add_devices=*/false));
+  Publish(entry, VersionOf(entry, "it is being written (the lease was broken by a writer)"));
   fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
-  entry.retry_lease = true;
+  retry_leases_.insert(&entry);
 }
 
 void PointAtNothing(int fd) {
@@ -431,9 +454,9 @@ void PointAtNothing(int fd) {
   }
 }
 
-void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_lease,
+void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
                      std::vector<FileEntry*>& gone) {
-  auto opened = OpenBeneath(entry.source, O_RDONLY | O_DIRECT);
+  auto opened = OpenBeneath(entry.source, O_PATH);
   absl::Status problem;
   struct stat st;
   if (!opened.ok()) {
@@ -444,94 +467,75 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_lease,
                         "file %s was replaced by something the server does not serve (a symbolic "
                         "link, a FIFO or a device)",
                         EchoedName(entry.name)));
-  } else if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+  } else {
+    const bool regular = fstat(*opened, &st) == 0 && S_ISREG(st.st_mode);
     close(*opened);
-    problem = absl::FailedPreconditionError(absl::StrFormat(
-        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
-  } else if (entry.present && InodeOf(st) == entry.inode) {
-    close(*opened);
-    return;  // the name still serves the same file
+    if (!regular) {
+      problem = absl::FailedPreconditionError(absl::StrFormat(
+          "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+    }
   }
+  if (problem.ok()) {
+    const bool was_served = entry.present;
+    entry.present = true;
+    if (!entry.cold() && InodeOf(st) == entry.inode) return;  // the name still serves that file
+    if (entry.cold() && entry.owned == nullptr) return;       // the next read opens what is there
+    // Another file, or a regular file again: made cold, so the next read opens it. The old file
+    // stays open (and leased) until reads that may use it have finished (Evict).
+    to_close.push_back(&entry);
+    if (was_served) {
+      LogInfo(absl::StrFormat("file %s: %s names another file now; serving that", entry.name,
+                              entry.source.display()));
+    }
+    return;
+  }
+  entry.present = false;
   if (entry.tree != nullptr && absl::IsNotFound(problem)) {
     // Gone from a served tree: the name leaves the table (ChangeNames), and only once no read
     // can still reach the old file is its descriptor let go.
-    entry.present = false;
     by_display_path_.erase(entry.source.display());
     gone.push_back(&entry);
-    LogInfo(absl::StrCat("file ", entry.name, ": removed from its served tree"));
     return;
   }
-  // The old file stays open (and leased: the lease belongs to the open file, which this
-  // duplicate shares) until reads that may use it have finished, so its blocks go to no other
-  // file meanwhile and its writers wait.
-  const int old_file = fcntl(entry.inode_fd, F_DUPFD_CLOEXEC, 0);
-  entry.leased = false;
-  entry.retry_lease = false;
-  if (problem.ok()) {
-    dup3(*opened, entry.inode_fd, O_CLOEXEC);  // new reads of the file route read the new file
-    close(*opened);
-    entry.inode = InodeOf(st);
-    entry.present = true;
-    AimSignalsAtWatcher(entry.inode_fd);  // per open file: the new one needs it too
-    // Read through the new file at once (exact), waiting for reads of the old one; leased and
-    // mapped (a writeback) once names are current.
-    Publish(entry, VersionOf(entry, "it was replaced a moment ago (it is mapped next)",
-                             /*may_add_devices=*/false));
-    to_lease.push_back(&entry);
-    LogInfo(absl::StrFormat("file %s: %s names another file now; serving that", entry.name,
-                            entry.source.display()));
-  } else {
-    auto version = std::make_unique<FileVersion>();
-    version->unavailable = problem;
-    Publish(entry, std::move(version));  // waits for reads of the old file
-    PointAtNothing(entry.inode_fd);
-    entry.present = false;
-    entry.inode = {};
-    LogInfo(absl::StrCat("file ", entry.name, ": ", problem.message()));
-  }
-  if (old_file >= 0) close(old_file);
+  auto version = std::make_unique<FileVersion>();
+  version->unavailable = problem;
+  Publish(entry, std::move(version));  // waits for reads of the old file
+  if (entry.leased) fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+  ReleaseSlot(entry);
+  LogInfo(absl::StrCat("file ", entry.name, ": ", problem.message()));
 }
 
-void Catalog::Rescan(std::vector<FileEntry*>& to_lease, std::vector<FileEntry*>& gone) {
+void Catalog::Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone) {
   std::vector<FileEntry*> served;
   served.reserve(by_display_path_.size());
   for (const auto& [path, entry] : by_display_path_) served.push_back(entry);
   for (FileEntry* entry : served) {
-    Rebind(*entry, to_lease, gone);
+    Rebind(*entry, to_close, gone);
     if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) OnLeaseBreak(*entry);
   }
 }
 
 void Catalog::RetryLeases() {
-  for (const auto& [path, entry] : by_display_path_) {
-    if (entry->retry_lease && !entry->leased && entry->present) TakeLease(*entry);
+  const std::vector<FileEntry*> retry(retry_leases_.begin(), retry_leases_.end());
+  for (FileEntry* entry : retry) {
+    if (!entry->leased && entry->present && !entry->cold()) {
+      TakeLease(*entry);
+    } else {
+      retry_leases_.erase(entry);
+    }
   }
   // New files that were still open for writing: served once their writers are gone.
   std::vector<std::pair<Tree*, std::string>> waiting;
   for (const auto& [path, file] : pending_) waiting.push_back(file);
-  std::vector<FileEntry*> added, to_lease;
-  for (const auto& [tree, relative] : waiting) {
-    if (vacant_.empty()) break;  // each needs a slot
-    AddNewFile(*tree, relative, added, to_lease);
-  }
+  std::vector<FileEntry*> added;
+  for (const auto& [tree, relative] : waiting) AddNewFile(*tree, relative, added);
   ChangeNames(added, {});
-  for (FileEntry* entry : to_lease) TakeLease(*entry);
 }
 
 void Catalog::AimSignalsAtWatcher(int fd) {
   f_owner_ex owner = {F_OWNER_TID, watcher_->tid()};
   fcntl(fd, F_SETSIG, LeaseBreakSignal());
   fcntl(fd, F_SETOWN_EX, &owner);
-}
-
-absl::Status Catalog::Watch(FileEntry& entry) {
-  const int fd = entry.inode_fd;
-  AimSignalsAtWatcher(fd);
-  by_lease_fd_[fd] = &entry;
-  const std::string display = entry.source.display();
-  if (absl::Status s = WatchDirectory(display.substr(0, display.rfind('/'))); !s.ok()) return s;
-  by_display_path_[display] = &entry;
-  return absl::OkStatus();
 }
 
 absl::Status Catalog::WatchDirectory(const std::string& directory) {
@@ -558,7 +562,8 @@ absl::Status Catalog::WatchDirectory(const std::string& directory) {
 absl::Status Catalog::StartWatcher() {
   if (watcher_) return absl::OkStatus();
   BlockLeaseSignals();  // in this thread and the threads it starts from now on
-  // One descriptor per served file: take the whole hard limit (the soft one is often 1024).
+  // Open files are a cache below RLIMIT_NOFILE: take the whole hard limit (the soft one is often
+  // 1024), so the cache can be as large as the operator allows.
   rlimit files = {};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
@@ -567,6 +572,8 @@ absl::Status Catalog::StartWatcher() {
   auto watcher = std::make_unique<Watcher>(*this);
   if (absl::Status started = watcher->Start(); !started.ok()) return started;
   watcher_ = std::move(watcher);
+  std::lock_guard lock(watch_mu_);
+  ReserveOpenSlots();
   return absl::OkStatus();
 }
 
@@ -587,5 +594,7 @@ uint64_t Catalog::RequestCatchUp() { return watcher_ ? watcher_->RequestCatchUp(
 bool Catalog::HasCaughtUp(uint64_t ticket) const {
   return !watcher_ || watcher_->HasHandled(ticket);
 }
+
+bool Catalog::HasOpened(uint64_t ticket) const { return !watcher_ || watcher_->HasOpened(ticket); }
 
 }  // namespace blockread::storage

@@ -26,7 +26,10 @@ RootDirectory::~RootDirectory() {
 
 absl::StatusOr<int> OpenBeneath(const BeneathPath& path, int flags) {
   open_how how = {};
-  how.flags = static_cast<uint64_t>(flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  // openat2 refuses O_PATH with any flag but O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC (an O_PATH
+  // open never blocks anyway).
+  const int nonblock = (flags & O_PATH) ? 0 : O_NONBLOCK;
+  how.flags = static_cast<uint64_t>(flags | O_NOFOLLOW | nonblock | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   // glibc 2.36 has no openat2 wrapper.
   const long fd = syscall(SYS_openat2, path.root->fd(), path.relative.c_str(), &how, sizeof(how));

@@ -37,7 +37,7 @@ struct BeneathPath {
   std::string display() const { return root->path() + "/" + relative; }
 };
 
-// openat2(root, relative, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+// openat2(root, relative, flags | O_NOFOLLOW | O_NONBLOCK (not with O_PATH) | O_CLOEXEC,
 // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS). Returns the descriptor (the
 // caller owns it). A symlink anywhere on the way, or a path leaving the root, is an error
 // (FAILED_PRECONDITION naming the served name); other errors follow errno.

@@ -254,6 +254,11 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   const FileMap* map = catalog_.LookupForRead(request.file, &unavailable);
   if (map == nullptr) [[unlikely]] {
     epoch_reader_->Exit(epoch_parity);
+    if (unavailable.ok()) {
+      // Not open: the lookup asked the watcher to open it; wake it once per wait.
+      if (open_ticket_ == 0) open_ticket_ = catalog_.RequestCatchUp();
+      *outcome = StartOutcome::kOpening;
+    }
     return unavailable;
   }
   const uint64_t size = map->SizeNow();
@@ -337,6 +342,9 @@ absl::Status EngineContext::RefuseBeforeIo(DeviceId device, const ReadRequest& r
 }
 
 int EngineContext::PollOnce() {
+  if (open_ticket_ != 0 && catalog_.HasOpened(open_ticket_)) [[unlikely]] {
+    open_ticket_ = 0;  // the reads that found their files cold are tried again now
+  }
   for (const auto& backend : backends_) {
     if (backend->inflight() > 0) backend->Submit();
   }

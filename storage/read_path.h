@@ -117,10 +117,16 @@ enum class StartOutcome : uint8_t {
   // slow device cannot take them all: reads of other devices may still start. Nothing happened;
   // try again after PollOnce() has delivered something.
   kDeviceBusy,
+  // The file is not open (the catalog opens a file on its first read and closes the least
+  // recently read ones to stay under its cap): the catalog's watcher is opening it. Nothing
+  // happened; reads of other files may start. Try again on a later turn while
+  // waiting_for_opens().
+  kOpening,
 };
-// kBusy or kDeviceBusy: nothing happened; try again after a poll.
+// kBusy, kDeviceBusy or kOpening: nothing happened; try again after a poll.
 constexpr bool IsBusy(StartOutcome outcome) {
-  return outcome == StartOutcome::kBusy || outcome == StartOutcome::kDeviceBusy;
+  return outcome == StartOutcome::kBusy || outcome == StartOutcome::kDeviceBusy ||
+         outcome == StartOutcome::kOpening;
 }
 
 // One worker's engine: I/O backends, request slots, registered buffers and a stats shard, none of
@@ -173,6 +179,9 @@ class EngineContext {
   // Reads answer kBusy until the catalog has applied a rename or unlink in a served directory
   // (a wait on another thread, typically well under a millisecond): keep the loop turning.
   bool waiting_for_names() const { return name_sync_ != nullptr && name_sync_->catching_up(); }
+  // A read answered kOpening, and its file is not open yet (the watcher opens it, typically in
+  // tens of microseconds): keep the loop turning.
+  bool waiting_for_opens() const { return open_ticket_ != 0; }
   const StatsShard& stats() const { return stats_; }
   // The backend this context uses for `device`.
   BackendKind backend(DeviceId device) const { return backend_of_device_[device]->kind(); }
@@ -238,6 +247,9 @@ class EngineContext {
   uint32_t reads_in_flight_ = 0;
   // Null when no name of the catalog can change (nothing FIEMAP-imported).
   std::unique_ptr<NameSync> name_sync_;
+  // The catalog ticket that opens the files this context's reads found cold (0: none waited
+  // for). One per context at a time: later cold reads wait for the same one.
+  uint64_t open_ticket_ = 0;
 };
 
 }  // namespace blockread::storage

@@ -336,6 +336,8 @@ run blockread-smoke-fiemap --security-opt seccomp="$profile" --security-opt unma
   --device "$fsdev:$fsdev:r" \
   -v "$tmp/mnt/data:/srv/blockread:ro" -- --serve-files=/srv/blockread
 for f in five-mib sub/odd-size forty-mib; do
+  # Opened, leased and mapped on the first stat or read: give the watcher a moment.
+  for _ in $(seq 50); do cli stat "$f" | grep -Eq '^source: +fiemap' && break; sleep 0.1; done
   cli stat "$f" | grep -Eq '^source: +fiemap' || { cli stat "$f"; fail "$f is not served from the raw device (FIEMAP)"; }
 done
 same_bytes five-mib 0 $((1 << 20)) "$tmp/mnt/data/five-mib"

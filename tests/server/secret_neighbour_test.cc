@@ -187,7 +187,12 @@ TEST_P(SecretNeighbourFsTest, NoReadOfAServedFileReturnsTheNeighboursSecret) {
     const std::string path = served + "/" + name;
     struct stat st {};
     ASSERT_EQ(stat(path.c_str(), &st), 0);
+    // Files are opened, leased and mapped on their first read or stat: wait for the map.
     auto info = client->Stat(name);
+    for (int tries = 0; info.ok() && info->source() != v1::FIEMAP && tries < 500; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      info = client->Stat(name);
+    }
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->source(), v1::FIEMAP) << name << " should be read from the raw device";
     const int served_reads = CheckEveryRead(*client, name, st.st_size, [&](uint64_t o, uint64_t l) {

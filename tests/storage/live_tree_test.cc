@@ -47,8 +47,8 @@ class LiveTreeTest : public ::testing::TestWithParam<FsType> {
   void TearDown() override { engine_.reset(); }
 
   // Starts serving root_ (after the test has laid out what is there at startup).
-  void Serve(size_t new_file_slots = kDefaultNewFileSlots) {
-    catalog_.set_new_file_slots(new_file_slots);
+  void Serve(size_t max_open_files = kDefaultMaxOpenFiles) {
+    catalog_.set_max_open_files(max_open_files);
     auto added = catalog_.ImportTree(root_);
     ASSERT_TRUE(added.ok()) << added.status();
     auto engine = EngineContext::Create(catalog_, EngineConfig());
@@ -185,28 +185,28 @@ TEST_P(LiveTreeTest, AGrandparentMovedAwayAndBackIsFollowed) {
   ExpectServes("a/b/h.bin", PathOf("a/b/h.bin"));
 }
 
-TEST_P(LiveTreeTest, RemovedFilesAndDirectoriesAnswerNotFoundAndFreeTheirSlots) {
-  Serve(/*new_file_slots=*/2);
+TEST_P(LiveTreeTest, MoreFilesThanOpenSlotsAreServedAndRemovedOnesAnswerNotFound) {
+  Serve(/*max_open_files=*/2);
+  ASSERT_EQ(catalog_.open_file_slots(), 2u);
   Write("one.bin", 4096, 11);
   Write("two.bin", 4096, 12);
+  Write("three.bin", 8192 + 5, 13);
   ExpectServedSoon("one.bin", PathOf("one.bin"));
   ExpectServedSoon("two.bin", PathOf("two.bin"));
-  // Past --max-new-files: not served (and said in the log) until a slot is free.
-  Write("three.bin", 4096, 13);
-  catalog_.WaitUntilCurrent();
-  ExpectNotFound("three.bin");
+  // Past the cap: served all the same, the least recently read file closed to make room.
+  ExpectServedSoon("three.bin", PathOf("three.bin"));
+  ExpectServes("present.bin", PathOf("present.bin"));
+  ExpectServes("one.bin", PathOf("one.bin"));
+  EXPECT_GE(catalog_.route_counts().evictions, 1u);
   ASSERT_EQ(unlink(PathOf("one.bin").c_str()), 0);
   ExpectNotFound("one.bin");
-  ExpectServedSoon("three.bin", PathOf("three.bin"));
   // A whole directory removed: every name in it goes.
   Write("dir/x.bin", 4096, 15);
-  catalog_.WaitUntilCurrent();
-  ExpectNotFound("dir/x.bin");
-  ASSERT_EQ(unlink(PathOf("two.bin").c_str()), 0);
   ExpectServedSoon("dir/x.bin", PathOf("dir/x.bin"));
   std::filesystem::remove_all(PathOf("dir"));
   ExpectNotFound("dir/x.bin");
   ExpectServes("three.bin", PathOf("three.bin"));
+  ExpectServes("two.bin", PathOf("two.bin"));
   ExpectServes("present.bin", PathOf("present.bin"));
 }
 

@@ -201,7 +201,7 @@ TEST_P(StalenessTest, UnknownFileIsNotFound) {
   EXPECT_NE(map.status().message().find("unknown file 'nope'"), std::string::npos);
 }
 
-// The server holds one descriptor per served file: past RLIMIT_NOFILE, the import says so.
+// Out of descriptors at import (RLIMIT_NOFILE), the import says which limit to raise.
 TEST_P(StalenessTest, ImportPastTheDescriptorLimitNamesTheLimit) {
   const std::string other = fs_->root() + "/other";
   ASSERT_TRUE(WriteAt(other, 0, RandomBytes(4096, 9), true).ok());

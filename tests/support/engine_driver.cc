@@ -51,8 +51,14 @@ storage::StartOutcome StartRead(storage::EngineContext& engine, const std::strin
                                 uint64_t offset, uint64_t length, storage::ReadDoneFn done,
                                 void* context, uint64_t arrival_ns, absl::Status* refusal) {
   absl::Status ignored;
-  return engine.StartRead(storage::ReadRequest{file, offset, length, arrival_ns}, done, context,
-                          refusal != nullptr ? refusal : &ignored);
+  storage::StartOutcome outcome;
+  // A file that is not open yet is opened by the catalog's watcher: wait for that.
+  while ((outcome = engine.StartRead(storage::ReadRequest{file, offset, length, arrival_ns}, done,
+                                     context, refusal != nullptr ? refusal : &ignored)) ==
+         storage::StartOutcome::kOpening) {
+    engine.PollOnce();
+  }
+  return outcome;
 }
 
 CompletedRead ReadOnce(storage::EngineContext& engine, const std::string& file, uint64_t offset,
@@ -81,6 +87,7 @@ storage::ReadResult ReadAndKeep(storage::EngineContext& engine, const std::strin
       return kept.result;
     case storage::StartOutcome::kBusy:
     case storage::StartOutcome::kDeviceBusy:
+    case storage::StartOutcome::kOpening:
       // Not waited for: the slots may all be kept by the test, and then none ever frees up.
       kept.result.status = absl::ResourceExhaustedError("every slot of the path is taken");
       return kept.result;

@@ -1,0 +1,241 @@
+// The open-file cache: served names are many, descriptors are few. A served file is opened (into
+// a slot: a file-route device reserved at setup, whose descriptor is re-pointed at it with dup3)
+// when a read first asks for it, and closed again when room is needed for another one. Slots are
+// picked for closing by CLOCK (the kernel's page reclaim in miniature): reads set a referenced bit
+// on the files they find, the hand clears it as it passes, and an open file the hand finds clear
+// was not read for a whole turn of it. A file is made cold (reads see "not open" and ask for it
+// again) and only once no read can still use its open file is its lease dropped and its descriptor
+// let go, so a file that is closed is never read stale: the next read opens what the name names
+// then. Runs on the watcher thread under watch_mu_, except RequestOpen (any thread).
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "storage/catalog_internal.h"
+#include "storage/log.h"
+#include "storage/posix_status.h"
+
+namespace blockread::storage {
+namespace {
+
+// Direct-I/O alignment of the slots' reads: a multiple of any served filesystem's logical block
+// size (4096 covers every disk in use; a file route reads the block-aligned covering range).
+constexpr uint32_t kOpenSlotBlockSize = 4096;
+
+}  // namespace
+
+void Catalog::ReserveOpenSlots() {
+  rlimit files = {};
+  getrlimit(RLIMIT_NOFILE, &files);
+  const size_t limit = static_cast<size_t>(files.rlim_cur);
+  // Descriptors open already (another catalog's slots, in a process with several) are not room.
+  size_t in_use = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", error), end; !error && it != end;
+       it.increment(error)) {
+    ++in_use;
+  }
+  const size_t room = limit > kReservedDescriptors + in_use ? limit - kReservedDescriptors - in_use
+                                                            : 0;
+  const size_t slots = std::max<size_t>(1, std::min(max_open_files_, room));
+  for (size_t i = 0; i < slots; ++i) {
+    const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (placeholder < 0) {
+      LogWarning(absl::StrFormat("only %u of %u open-file slots reserved: %s", i, slots,
+                                 PosixErrorMessage(errno, "open /dev/null")));
+      break;
+    }
+    auto added = AddDevice(Device::FileRouteSlot(absl::StrCat("file-slot:", i), placeholder,
+                                                 kOpenSlotBlockSize));
+    if (!added.ok()) break;
+    open_slot_devices_.push_back(*added);
+    open_slot_holder_.push_back(nullptr);
+  }
+  open_slot_count_ = open_slot_devices_.size();
+  for (size_t i = open_slot_count_; i > 0; --i) {
+    free_open_slots_.push_back(static_cast<uint32_t>(i - 1));
+  }
+  LogInfo(absl::StrFormat(
+      "served files are opened on their first read, at most %u at once (--max-open-files %u; "
+      "RLIMIT_NOFILE %u less %u descriptors kept for devices, connections and the rest)",
+      open_slot_count_, max_open_files_, limit, kReservedDescriptors));
+}
+
+void Catalog::RequestOpen(FileEntry& entry) const {
+  if (entry.open_requested.exchange(true, std::memory_order_acq_rel)) return;  // queued already
+  std::lock_guard lock(open_requests_mu_);
+  open_requests_.push_back(&entry);
+}
+
+void Catalog::OpenRequested(std::vector<FileEntry*>& to_lease) {
+  std::vector<FileEntry*> requested;
+  {
+    std::lock_guard lock(open_requests_mu_);
+    requested.swap(open_requests_);
+  }
+  if (requested.empty()) return;
+  std::vector<FileEntry*> wanted;
+  for (FileEntry* entry : requested) {
+    if (entry->cold() && entry->reachable && entry->owned == nullptr) wanted.push_back(entry);
+  }
+  // Room first, for all of them at once: closing files waits for reads once per batch. A little
+  // more than needed, so that a run of cold reads does not wait once per file.
+  if (wanted.size() > free_open_slots_.size()) {
+    const size_t more = wanted.size() - free_open_slots_.size() + open_slot_count_ / 64;
+    std::vector<FileEntry*> victims;
+    for (size_t looked = 0; victims.size() < more && looked < 2 * open_slot_count_; ++looked) {
+      FileEntry* held = open_slot_holder_[clock_hand_];
+      clock_hand_ = (clock_hand_ + 1) % open_slot_count_;
+      if (held == nullptr) continue;
+      if (held->referenced.load(std::memory_order_relaxed)) {
+        held->referenced.store(false, std::memory_order_relaxed);
+        continue;
+      }
+      victims.push_back(held);
+    }
+    Evict(victims);
+  }
+  for (FileEntry* entry : wanted) {
+    // Cleared first: a read that finds it still cold after this asks again.
+    entry->open_requested.store(false, std::memory_order_release);
+    if (free_open_slots_.empty()) continue;  // every open file was read since: asked again
+    if (OpenIntoSlot(*entry)) to_lease.push_back(entry);
+  }
+  for (FileEntry* entry : requested) entry->open_requested.store(false, std::memory_order_release);
+}
+
+bool Catalog::OpenIntoSlot(FileEntry& entry) {
+  auto opened = OpenBeneath(entry.source, O_RDONLY | O_DIRECT);
+  struct stat st;
+  absl::Status problem;
+  if (!opened.ok()) {
+    problem = absl::IsNotFound(opened.status())
+                  ? absl::NotFoundError(absl::StrFormat("file %s was removed",
+                                                        EchoedName(entry.name)))
+              : absl::IsResourceExhausted(opened.status())
+                  ? absl::ResourceExhaustedError(absl::StrFormat(
+                        "file %s cannot be opened now: the server is out of descriptors",
+                        EchoedName(entry.name)))
+                  : absl::FailedPreconditionError(absl::StrFormat(
+                        "file %s was replaced by something the server does not serve (a "
+                        "symbolic link, a FIFO or a device)",
+                        EchoedName(entry.name)));
+    if (!absl::IsNotFound(opened.status())) {
+      LogWarning(absl::StrCat("file ", entry.name, ": ", opened.status().message()));
+    }
+  } else if (fstat(*opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(*opened);
+    problem = absl::FailedPreconditionError(absl::StrFormat(
+        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+  }
+  if (!problem.ok()) {
+    auto version = std::make_unique<FileVersion>();
+    version->unavailable = problem;
+    Publish(entry, std::move(version));
+    entry.present = false;
+    return false;
+  }
+  const uint32_t slot = free_open_slots_.back();
+  free_open_slots_.pop_back();
+  entry.slot = static_cast<int>(slot);
+  entry.file_device = open_slot_devices_[slot];
+  entry.inode_fd = devices_[entry.file_device]->fd();
+  dup3(*opened, entry.inode_fd, O_CLOEXEC);
+  close(*opened);
+  open_slot_holder_[slot] = &entry;
+  entry.inode = InodeOf(st);
+  entry.present = true;
+  entry.leased = false;
+  AimSignalsAtWatcher(entry.inode_fd);
+  by_lease_fd_[entry.inode_fd] = &entry;
+  entry.referenced.store(true, std::memory_order_relaxed);
+  opens_.fetch_add(1, std::memory_order_relaxed);
+  // Read through the file at once (exact); leased and mapped next (a writeback).
+  Publish(entry, VersionOf(entry, "it was opened a moment ago (it is mapped next)"));
+  return true;
+}
+
+void Catalog::Evict(const std::vector<FileEntry*>& entries) {
+  if (entries.empty()) return;
+  std::vector<std::unique_ptr<const FileVersion>> old;
+  {
+    std::lock_guard lock(versions_mu_);
+    for (FileEntry* entry : entries) {
+      old.push_back(std::move(entry->owned));
+      entry->current.store(&cold_version_, std::memory_order_release);
+    }
+  }
+  // Reads that found the open file may still be reading it (raw device under the lease, or its
+  // descriptor): only then is the lease dropped and the descriptor let go.
+  epochs_.WaitForEarlierReads();
+  for (FileEntry* entry : entries) {
+    if (entry->leased) fcntl(entry->inode_fd, F_SETLEASE, F_UNLCK);
+    ReleaseSlot(*entry);
+  }
+  evictions_.fetch_add(entries.size(), std::memory_order_relaxed);
+}
+
+void Catalog::ReleaseSlot(FileEntry& entry) {
+  if (entry.cold()) return;
+  by_lease_fd_.erase(entry.inode_fd);
+  PointAtNothing(entry.inode_fd);
+  open_slot_holder_[static_cast<size_t>(entry.slot)] = nullptr;
+  free_open_slots_.push_back(static_cast<uint32_t>(entry.slot));
+  retry_leases_.erase(&entry);
+  entry.slot = -1;
+  entry.file_device = kNoDevice;
+  entry.inode_fd = -1;
+  entry.inode = {};
+  entry.leased = false;
+}
+
+Catalog::FileEntry* Catalog::NewEntry() {
+  FileEntry* entry;
+  if (!free_entries_.empty()) {
+    entry = free_entries_.back();
+    free_entries_.pop_back();
+  } else {
+    entries_.push_back(std::make_unique<FileEntry>());
+    entry = entries_.back().get();
+  }
+  entry->name.clear();
+  entry->declared_version = default_version_;
+  entry->current.store(&cold_version_, std::memory_order_release);
+  entry->owned.reset();
+  entry->reachable = false;
+  entry->referenced.store(false, std::memory_order_relaxed);
+  entry->open_requested.store(false, std::memory_order_relaxed);
+  entry->source = {};
+  entry->tree = nullptr;
+  entry->present = true;
+  return entry;
+}
+
+absl::StatusOr<FileMapRef> Catalog::DescribeCold(const FileEntry& entry) const {
+  auto opened = OpenBeneath(entry.source, O_PATH);
+  if (!opened.ok()) {
+    if (absl::IsNotFound(opened.status())) return UnknownFileError(entry.name);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "file %s was replaced by something the server does not serve", EchoedName(entry.name)));
+  }
+  struct stat st;
+  const bool regular = fstat(*opened, &st) == 0 && S_ISREG(st.st_mode);
+  close(*opened);
+  if (!regular) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+  }
+  auto map = FileMap::Create(entry.name, static_cast<uint64_t>(st.st_size), kOpenSlotBlockSize,
+                             FileSource::kFileRoute, {});
+  if (!map.ok()) return map.status();
+  return std::make_shared<const FileMap>(*std::move(map));
+}
+
+}  // namespace blockread::storage
