@@ -370,7 +370,7 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWaitingAtMost(absl::string_view name,
 }
 
 absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name) const {
-  const FileEntry* cold = nullptr;
+  BeneathPath source;
   {
     std::lock_guard lock(versions_mu_);
     auto it = owned_names_->find(name);
@@ -380,11 +380,12 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
       if (version.map) return version.map;
       return version.unavailable;
     }
-    cold = it->second;
+    // Copied under the lock: an entry is reused for another name only after a table without it
+    // has been published under this lock.
+    source = it->second->source;
   }
-  // Not open: its size now, by a stat beneath its root (its source is set before it is named and
-  // does not change while it is: entries are reused only once no name reaches them).
-  return DescribeCold(*cold);
+  // Not open: its size now, by a stat beneath its root.
+  return DescribeCold(name, source);
 }
 
 absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {

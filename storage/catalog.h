@@ -337,8 +337,9 @@ class Catalog {
   void RequestOpen(FileEntry& entry) const;
   // A new entry for `name` (reusing one that left the table), cold.
   FileEntry* NewEntry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // What a cold `entry` is now, by one stat beneath its root: its size, or why it is not served.
-  absl::StatusOr<FileMapRef> DescribeCold(const FileEntry& entry) const;
+  // What cold file `name` (at `source`) is now, by one stat beneath its root: its size, or why it
+  // is not served.
+  absl::StatusOr<FileMapRef> DescribeCold(absl::string_view name, const BeneathPath& source) const;
 
   std::vector<std::unique_ptr<Device>> devices_;
   // Per device: up or down, and what its path named when it was (re)opened (CheckDevices).

@@ -218,21 +218,22 @@ Catalog::FileEntry* Catalog::NewEntry() {
   return entry;
 }
 
-absl::StatusOr<FileMapRef> Catalog::DescribeCold(const FileEntry& entry) const {
-  auto opened = OpenBeneath(entry.source, O_PATH);
+absl::StatusOr<FileMapRef> Catalog::DescribeCold(absl::string_view name,
+                                                 const BeneathPath& source) const {
+  auto opened = OpenBeneath(source, O_PATH);
   if (!opened.ok()) {
-    if (absl::IsNotFound(opened.status())) return UnknownFileError(entry.name);
+    if (absl::IsNotFound(opened.status())) return UnknownFileError(name);
     return absl::FailedPreconditionError(absl::StrFormat(
-        "file %s was replaced by something the server does not serve", EchoedName(entry.name)));
+        "file %s was replaced by something the server does not serve", EchoedName(name)));
   }
   struct stat st;
   const bool regular = fstat(*opened, &st) == 0 && S_ISREG(st.st_mode);
   close(*opened);
   if (!regular) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "file %s was replaced by something that is not a regular file", EchoedName(entry.name)));
+        "file %s was replaced by something that is not a regular file", EchoedName(name)));
   }
-  auto map = FileMap::Create(entry.name, static_cast<uint64_t>(st.st_size), kOpenSlotBlockSize,
+  auto map = FileMap::Create(std::string(name), static_cast<uint64_t>(st.st_size), kOpenSlotBlockSize,
                              FileSource::kFileRoute, {});
   if (!map.ok()) return map.status();
   return std::make_shared<const FileMap>(*std::move(map));
