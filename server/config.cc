@@ -43,7 +43,8 @@ ABSL_FLAG(std::optional<uint32_t>, max_open_files, std::nullopt,
           absl::StrCat("The most --serve-files files open at once, each holding a descriptor and, "
                        "while read from the raw device, a read lease (default ",
                        blockread::storage::kDefaultMaxOpenFiles,
-                       ", and at most RLIMIT_NOFILE less ", blockread::storage::kReservedDescriptors,
+                       ", and at most RLIMIT_NOFILE less ",
+                       blockread::storage::kReservedDescriptors,
                        "). Served names are not bounded by it: a file is opened on its first "
                        "read, and the least recently read open file is closed to make room."));
 ABSL_FLAG(std::optional<std::string>, manifest, std::nullopt,

@@ -83,9 +83,8 @@ grpc::Status ListFiles(Worker& worker, const Identity& caller, const v1::ListFil
   auto it = request.page_token().empty() || request.page_token() < prefix
                 ? std::lower_bound(names.begin(), names.end(), prefix)
                 : std::upper_bound(names.begin(), names.end(), request.page_token());
-  const auto end = std::find_if(it, names.end(), [&](const std::string& name) {
-    return !absl::StartsWith(name, prefix);
-  });
+  const auto end = std::find_if(
+      it, names.end(), [&](const std::string& name) { return !absl::StartsWith(name, prefix); });
   for (; it != end && static_cast<uint32_t>(response->files_size()) < page_size; ++it) {
     if (!caller.MayRead(*it)) continue;
     auto map = catalog.ResolveWithoutOpening(*it);

@@ -29,7 +29,6 @@ absl::Status UnknownFileError(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown file '", EchoedName(name), "'"));
 }
 
-
 namespace {
 
 // Small files are checked before their raw-device map is served: ext4 has been seen (in
@@ -258,7 +257,8 @@ void Catalog::AddDiskOf(dev_t filesystem) {
   auto disk = LocateOnDisk(filesystem);
   if (!disk.ok()) return;  // btrfs, tmpfs ...: its files are read through themselves
   for (const std::unique_ptr<Device>& device : devices_) {
-    if (device->kind() == DeviceKind::kBlockDevice && device->device_number() == disk->disk_device) {
+    if (device->kind() == DeviceKind::kBlockDevice &&
+        device->device_number() == disk->disk_device) {
       return;
     }
   }

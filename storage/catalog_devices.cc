@@ -99,8 +99,8 @@ void Catalog::CheckDevices() {
       // Still down: said so when it went, and again when the reason changes (its path is back,
       // but as another disk).
       if (why != state.down_reason) {
-        LogWarning(absl::StrFormat("device %s (%s) is still down: %s", device.name(),
-                                   device.path(), why));
+        LogWarning(
+            absl::StrFormat("device %s (%s) is still down: %s", device.name(), device.path(), why));
         state.down_reason = std::move(why);
       }
       continue;
@@ -129,8 +129,8 @@ absl::StatusOr<DeviceId> Catalog::DiskFor(const FiemapResult& mapped) {
       return id;
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "it lives on ", mapped.disk_path, ", which the server did not open at startup"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("it lives on ", mapped.disk_path, ", which the server did not open at startup"));
 }
 
 }  // namespace blockread::storage

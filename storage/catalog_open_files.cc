@@ -42,8 +42,8 @@ void Catalog::ReserveOpenSlots() {
        it.increment(error)) {
     ++in_use;
   }
-  const size_t room = limit > kReservedDescriptors + in_use ? limit - kReservedDescriptors - in_use
-                                                            : 0;
+  const size_t room =
+      limit > kReservedDescriptors + in_use ? limit - kReservedDescriptors - in_use : 0;
   const size_t slots = std::max<size_t>(1, std::min(max_open_files_, room));
   for (size_t i = 0; i < slots; ++i) {
     const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -52,8 +52,8 @@ void Catalog::ReserveOpenSlots() {
                                  PosixErrorMessage(errno, "open /dev/null")));
       break;
     }
-    auto added = AddDevice(Device::FileRouteSlot(absl::StrCat("file-slot:", i), placeholder,
-                                                 kOpenSlotBlockSize));
+    auto added = AddDevice(
+        Device::FileRouteSlot(absl::StrCat("file-slot:", i), placeholder, kOpenSlotBlockSize));
     if (!added.ok()) break;
     open_slot_devices_.push_back(*added);
     open_slot_holder_.push_back(nullptr);
@@ -116,17 +116,17 @@ bool Catalog::OpenIntoSlot(FileEntry& entry) {
   struct stat st;
   absl::Status problem;
   if (!opened.ok()) {
-    problem = absl::IsNotFound(opened.status())
-                  ? absl::NotFoundError(absl::StrFormat("file %s was removed",
-                                                        EchoedName(entry.name)))
-              : absl::IsResourceExhausted(opened.status())
-                  ? absl::ResourceExhaustedError(absl::StrFormat(
-                        "file %s cannot be opened now: the server is out of descriptors",
-                        EchoedName(entry.name)))
-                  : absl::FailedPreconditionError(absl::StrFormat(
-                        "file %s was replaced by something the server does not serve (a "
-                        "symbolic link, a FIFO or a device)",
-                        EchoedName(entry.name)));
+    problem =
+        absl::IsNotFound(opened.status())
+            ? absl::NotFoundError(absl::StrFormat("file %s was removed", EchoedName(entry.name)))
+        : absl::IsResourceExhausted(opened.status())
+            ? absl::ResourceExhaustedError(
+                  absl::StrFormat("file %s cannot be opened now: the server is out of descriptors",
+                                  EchoedName(entry.name)))
+            : absl::FailedPreconditionError(
+                  absl::StrFormat("file %s was replaced by something the server does not serve (a "
+                                  "symbolic link, a FIFO or a device)",
+                                  EchoedName(entry.name)));
     if (!absl::IsNotFound(opened.status())) {
       LogWarning(absl::StrCat("file ", entry.name, ": ", opened.status().message()));
     }
@@ -233,8 +233,8 @@ absl::StatusOr<FileMapRef> Catalog::DescribeCold(absl::string_view name,
     return absl::FailedPreconditionError(absl::StrFormat(
         "file %s was replaced by something that is not a regular file", EchoedName(name)));
   }
-  auto map = FileMap::Create(std::string(name), static_cast<uint64_t>(st.st_size), kOpenSlotBlockSize,
-                             FileSource::kFileRoute, {});
+  auto map = FileMap::Create(std::string(name), static_cast<uint64_t>(st.st_size),
+                             kOpenSlotBlockSize, FileSource::kFileRoute, {});
   if (!map.ok()) return map.status();
   return std::make_shared<const FileMap>(*std::move(map));
 }

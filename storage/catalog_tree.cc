@@ -1,5 +1,6 @@
 // Served trees kept live: walking them (every directory watched), naming files created in them
-// after startup, and replacing the name table when names come and go. Runs on the watcher thread (and the setup thread, before serving), under watch_mu_.
+// after startup, and replacing the name table when names come and go. Runs on the watcher thread
+// (and the setup thread, before serving), under watch_mu_.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

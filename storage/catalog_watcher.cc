@@ -119,7 +119,9 @@ class Catalog::Watcher {
   }
   // Whether the files reads asked to have opened before `ticket` was requested are open now (or
   // answer why not): sooner than HasHandled, which also waits for their leases and maps.
-  bool HasOpened(uint64_t ticket) const { return opened_.load(std::memory_order_acquire) >= ticket; }
+  bool HasOpened(uint64_t ticket) const {
+    return opened_.load(std::memory_order_acquire) >= ticket;
+  }
   void WaitUntilCurrent() {
     const uint64_t ticket = RequestCatchUp();
     std::unique_lock lock(mu_);
@@ -255,11 +257,13 @@ class Catalog::Watcher {
     std::vector<FileEntry*> to_close, added, gone;
     if (names.rescan) {
       if (names.lost) {
-        LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
-                   "max_queued_events); walking every served tree and re-opening every name");
+        LogWarning(
+            "file watcher: inotify events lost (queue overflow; fs.inotify."
+            "max_queued_events); walking every served tree and re-opening every name");
       } else {
-        LogInfo("file watcher: a served directory changed; walking every served tree and "
-                "re-opening every served name");
+        LogInfo(
+            "file watcher: a served directory changed; walking every served tree and "
+            "re-opening every served name");
       }
       catalog_.Rescan(to_close, gone);
       catalog_.SyncTrees(added);
@@ -275,8 +279,9 @@ class Catalog::Watcher {
     Events contents = ReadEvents(contents_fd_, catalog_.content_watches_);
     if (contents.rescan && !names.rescan) {
       if (contents.lost) {
-        LogWarning("file watcher: inotify events lost (queue overflow; fs.inotify."
-                   "max_queued_events); re-checking every served file");
+        LogWarning(
+            "file watcher: inotify events lost (queue overflow; fs.inotify."
+            "max_queued_events); re-checking every served file");
       }
       std::vector<FileEntry*> closing, more, removed;
       catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
@@ -430,9 +435,10 @@ void Catalog::TakeLease(FileEntry& entry) {
   }
   if (!now.route_note.empty() && now.route_note != kMapNotYetValid &&
       told_routes_.size() < kMaxToldRoutes && told_routes_.insert(now.route_note).second) {
-    LogInfo(absl::StrFormat("file %s (%s) is read through the file itself: %s (said once for "
-                            "each reason)",
-                            entry.name, entry.source.display(), now.route_note));
+    LogInfo(
+        absl::StrFormat("file %s (%s) is read through the file itself: %s (said once for "
+                        "each reason)",
+                        entry.name, entry.source.display(), now.route_note));
   }
 }
 

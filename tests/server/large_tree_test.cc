@@ -35,9 +35,7 @@ constexpr int kNoFileLimit = 4096;
 // Descriptors the server holds besides open served files, with room to spare (about 40 measured).
 constexpr int kOverheadDescriptors = 128;
 
-std::string NameOf(int i) {
-  return absl::StrCat("d", i / kFilesPerDirectory, "/f", i, ".bin");
-}
+std::string NameOf(int i) { return absl::StrCat("d", i / kFilesPerDirectory, "/f", i, ".bin"); }
 
 // File i's bytes: 100 to 4,195 of them, from a seed of its own.
 std::string BytesOf(int i) {
@@ -106,28 +104,30 @@ TEST_P(LargeTreeTest, AHundredThousandFilesThroughAFewDescriptors) {
   int worst_ms = 0;
   for (int n = 0; n < kSampledReads; ++n) {
     // Every 500th file in turn (each directory), and random ones.
-    const int i = n < kFiles / kFilesPerDirectory ? n * kFilesPerDirectory
-                                                  : static_cast<int>(rng() % kFiles);
+    const int i =
+        n < kFiles / kFilesPerDirectory ? n * kFilesPerDirectory : static_cast<int>(rng() % kFiles);
     const std::string expected = BytesOf(i);
     const auto read_start = Clock::now();
     auto read = client->Read(NameOf(i), 0, 8192);
-    worst_ms = std::max(worst_ms, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                       Clock::now() - read_start)
-                                                       .count()));
+    worst_ms =
+        std::max(worst_ms, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                Clock::now() - read_start)
+                                                .count()));
     ASSERT_TRUE(read.ok()) << NameOf(i) << ": " << read.status();
     ASSERT_EQ(read->data(), expected) << NameOf(i) << " serves other bytes";
   }
   const int descriptors = OpenDescriptors((*server)->pid());
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  printf("%d names served %.1f s after start, RSS %lu MiB; %d descriptors idle, %d after %d "
-         "sampled reads (cap %d + overhead %d); %lu opens, %lu evictions, %lu names not open; "
-         "worst read %d ms\n",
-         kFiles, ready_s, static_cast<unsigned long>((*server)->RssMiB()), idle_descriptors,
-         descriptors, kSampledReads, kMaxOpenFiles, kOverheadDescriptors,
-         static_cast<unsigned long>(stats->files().opens()),
-         static_cast<unsigned long>(stats->files().evictions()),
-         static_cast<unsigned long>(stats->files().not_open()), worst_ms);
+  printf(
+      "%d names served %.1f s after start, RSS %lu MiB; %d descriptors idle, %d after %d "
+      "sampled reads (cap %d + overhead %d); %lu opens, %lu evictions, %lu names not open; "
+      "worst read %d ms\n",
+      kFiles, ready_s, static_cast<unsigned long>((*server)->RssMiB()), idle_descriptors,
+      descriptors, kSampledReads, kMaxOpenFiles, kOverheadDescriptors,
+      static_cast<unsigned long>(stats->files().opens()),
+      static_cast<unsigned long>(stats->files().evictions()),
+      static_cast<unsigned long>(stats->files().not_open()), worst_ms);
   EXPECT_LE(descriptors, kMaxOpenFiles + kOverheadDescriptors);
   EXPECT_EQ(stats->files().open_slots(), static_cast<uint64_t>(kMaxOpenFiles));
   EXPECT_GE(stats->files().evictions(), static_cast<uint64_t>(kSampledReads - kMaxOpenFiles) / 2);
@@ -135,8 +135,7 @@ TEST_P(LargeTreeTest, AHundredThousandFilesThroughAFewDescriptors) {
   EXPECT_EQ((*server)->Stop(), 0) << (*server)->Log();
 }
 
-INSTANTIATE_TEST_SUITE_P(Filesystems, LargeTreeTest,
-                         ::testing::Values(FsType::kExt4, FsType::kXfs),
+INSTANTIATE_TEST_SUITE_P(Filesystems, LargeTreeTest, ::testing::Values(FsType::kExt4, FsType::kXfs),
                          [](const auto& info) { return testing::FsTypeName(info.param); });
 
 }  // namespace

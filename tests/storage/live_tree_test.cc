@@ -132,9 +132,9 @@ TEST_P(LiveTreeTest, AFileInANewDirectoryTreeIsServed) {
   // Its directories are watched too: a second file there, and a rename inside them.
   Write("new/deeper/still/g.bin", 4096 * 3, 4);
   ExpectServedSoon("new/deeper/still/g.bin", PathOf("new/deeper/still/g.bin"));
-  ASSERT_EQ(rename(PathOf("new/deeper/still/g.bin").c_str(),
-                   PathOf("new/deeper/still/f.bin").c_str()),
-            0);
+  ASSERT_EQ(
+      rename(PathOf("new/deeper/still/g.bin").c_str(), PathOf("new/deeper/still/f.bin").c_str()),
+      0);
   ExpectServes("new/deeper/still/f.bin", PathOf("new/deeper/still/f.bin"));
   ExpectNotFound("new/deeper/still/g.bin");
 }
