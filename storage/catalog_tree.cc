@@ -140,9 +140,8 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
   }
   names_generation_.fetch_add(1, std::memory_order_acq_rel);
   free_entries_.insert(free_entries_.end(), refused.begin(), refused.end());
-  if (gone.empty()) return;
-  // Once no read can be using the old table, nothing reaches the removed entries: their files are
-  // let go and the entries serve the next new names.
+  // Once no read can be using the old table (freed on return), nothing reaches the removed
+  // entries: their files are let go and the entries serve the next new names.
   epochs_.WaitForEarlierReads();
   std::vector<std::unique_ptr<const FileVersion>> versions;
   for (FileEntry* entry : gone) {

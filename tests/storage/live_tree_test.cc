@@ -198,6 +198,11 @@ TEST_P(LiveTreeTest, MoreFilesThanOpenSlotsAreServedAndRemovedOnesAnswerNotFound
   ExpectServes("present.bin", PathOf("present.bin"));
   ExpectServes("one.bin", PathOf("one.bin"));
   EXPECT_GE(catalog_.route_counts().evictions, 1u);
+  // Evicted, then rewritten in place while closed: its next read opens it again, new bytes.
+  ExpectServes("two.bin", PathOf("two.bin"));
+  ExpectServes("three.bin", PathOf("three.bin"));
+  ASSERT_TRUE(WriteAt(PathOf("one.bin"), 0, RandomBytes(12288 + 9, 16), false).ok());
+  ExpectServes("one.bin", PathOf("one.bin"));
   ASSERT_EQ(unlink(PathOf("one.bin").c_str()), 0);
   ExpectNotFound("one.bin");
   // A whole directory removed: every name in it goes.
