@@ -356,8 +356,8 @@ class Catalog {
   };
   std::vector<std::unique_ptr<DeviceState>> device_states_;
   std::atomic<uint64_t> device_events_{0};
-  // Every entry ever made (served, removed, or a vacant slot); freed with the catalog only, so a
-  // pointer to one is always valid.
+  // Every entry ever made (served, or free for reuse: free_entries_); freed with the catalog only,
+  // so a pointer to one is always valid.
   std::vector<std::unique_ptr<FileEntry>> entries_;
   std::atomic<const NameTable*> names_{nullptr};
   std::atomic<uint64_t> names_generation_;

@@ -103,11 +103,10 @@ void Catalog::OpenRequested(std::vector<FileEntry*>& to_lease) {
     Evict(victims);
   }
   for (FileEntry* entry : wanted) {
-    // Cleared first: a read that finds it still cold after this asks again.
-    entry->open_requested.store(false, std::memory_order_release);
-    if (free_open_slots_.empty()) continue;  // every open file was read since: asked again
+    if (free_open_slots_.empty()) break;  // every open file was read since: asked for again
     if (OpenIntoSlot(*entry)) to_lease.push_back(entry);
   }
+  // A read that still finds one cold (no slot was free) asks again.
   for (FileEntry* entry : requested) entry->open_requested.store(false, std::memory_order_release);
 }
 

@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::string name, std::stri
 std::unique_ptr<Device> Device::FileRouteSlot(std::string name, int fd, uint32_t block_size) {
   std::unique_ptr<Device> device(new Device());
   device->name_ = std::move(name);
-  device->path_ = "(a slot for a file created after startup)";
+  device->path_ = "(an open-file slot)";
   device->fd_ = fd;
   device->kind_ = DeviceKind::kFileRoute;
   device->logical_block_size_ = block_size;

@@ -44,7 +44,7 @@ class Device {
     return Open(std::move(name), std::move(path), Options());
   }
   // A file-route device that serves no file yet: `fd` (owned from the call on) stands in until
-  // the catalog re-points it (dup3) at a file created after startup. Reads are aligned to
+  // the catalog re-points it (dup3) at a file it opens (the open-file cache). Reads are aligned to
   // `block_size`, which must be a multiple of the direct-I/O alignment of any file it serves.
   static std::unique_ptr<Device> FileRouteSlot(std::string name, int fd, uint32_t block_size);
 
