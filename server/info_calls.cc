@@ -287,6 +287,7 @@ v1::GetStatsResponse CollectStats(const SharedState& shared) {
     }
   }
   response.set_shed(snapshot.shed);
+  response.set_name_waits(snapshot.name_waits);
   for (int p = 0; p < storage::kReadPathCount; ++p) {
     const storage::PathSnapshot& in = snapshot.paths[p];
     v1::PathStats* out = response.add_paths();

@@ -211,6 +211,11 @@ std::vector<MetricFamily> MetricFamiliesFromStats(const v1::GetStatsResponse& st
                 "longer now (recent p99) than their deadline left them.",
                 MetricType::Counter)
       .Counter({}, static_cast<double>(stats.shed()));
+  FamilyBuilder(out, "blockread_name_waits_total",
+                "Times a read was held back while a name change in a served directory that may "
+                "concern its name was being applied.",
+                MetricType::Counter)
+      .Counter({}, static_cast<double>(stats.name_waits()));
   FamilyBuilder fallbacks(out, "blockread_fallbacks_total",
                           "Reads that took the generic path, by the reason they did not take "
                           "the simple one.",

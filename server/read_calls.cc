@@ -205,6 +205,7 @@ Admission ReadBlockCall::TryStart() {
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
     case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
+    case storage::StartOutcome::kNameChanging:  // or while its name changes
       return Admission::kDeviceBusy;
   }
   return Admission::kSlotsBusy;
@@ -437,6 +438,7 @@ Admission ReadBlocksCall::TryStart(StreamRead& read) {
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
     case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
+    case storage::StartOutcome::kNameChanging:  // or while its name changes
       return Admission::kDeviceBusy;
   }
   return Admission::kSlotsBusy;

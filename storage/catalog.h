@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -58,6 +59,9 @@ int LeaseBreakSignal();
 // would die of it (their default action): call this in main() before any thread starts. The
 // first import also calls it on its own thread.
 void BlockLeaseSignals();
+
+// Whether pending name events concern a name: kUnknown until the watcher has read them.
+enum class NameChange : uint8_t { kNo, kUnknown, kYes };
 
 // What a served file is now: its map, or why it cannot be read. Immutable once published.
 struct FileVersion {
@@ -218,6 +222,15 @@ class Catalog {
   bool ApplyingNameEvents() const {
     return (name_events_seq_.load(std::memory_order_acquire) & 1) != 0;
   }
+  // Whether the name events of the watcher's turn for `ticket` (RequestCatchUp) are applied:
+  // sooner than HasCaughtUp(), which also waits for the turn's opens, leases and maps. Any thread.
+  bool HasAppliedNames(uint64_t ticket) const;
+  // Whether a read of `name` must wait for the name events being applied. `turn` != 0: the
+  // events read by the watcher's turn for that ticket or a later one (kUnknown until that turn
+  // has read them); 0: those of the batch being applied now (kUnknown while its names are not
+  // published). kNo when they concern neither `name` nor a directory above it. Takes a lock:
+  // only while name events are pending. Any thread.
+  NameChange NameMayBeChanging(absl::string_view name, uint64_t turn) const;
 
   // ---- Devices that go away and come back ----
   // Checks every device opened by its path (whole devices, manifest devices; not files read
@@ -301,8 +314,18 @@ class Catalog {
   void AimSignalsAtWatcher(int fd);
 
   // Served trees (catalog_tree.cc).
-  // Watches every directory of `tree` and returns its regular files (relative paths, sorted).
-  absl::StatusOr<std::vector<std::string>> WalkTree(Tree& tree)
+  // Watches every directory of `tree` below `relative` (the root: empty) and returns its regular
+  // files (relative paths, sorted).
+  absl::StatusOr<std::vector<std::string>> WalkTree(Tree& tree, const std::string& relative = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // A directory at display path `directory` was created, moved in or out, or removed: the served
+  // names below it looked at again (Rebind), and its files named if it is in a tree now.
+  void ChangeDirectory(const std::string& directory, std::vector<FileEntry*>& to_close,
+                       std::vector<FileEntry*>& gone, std::vector<FileEntry*>& added)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Removes the watches at or below `directories` that no walk since the last call refreshed:
+  // directories moved out of the trees or removed.
+  void DropStaleWatches(const std::vector<std::string>& directories)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // The tree whose root holds display path `path`, and the path relative to it; null if none.
   Tree* TreeOf(absl::string_view path, std::string* relative)
@@ -368,10 +391,18 @@ class Catalog {
   // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
   std::mutex watch_mu_;
   absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);
-  absl::flat_hash_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
+  // Ordered, so that the names under a directory that changed are found without a walk of all.
+  absl::btree_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
   // The served directories, by watch descriptor, in each inotify instance.
-  absl::flat_hash_map<int, std::string> name_watches_ ABSL_GUARDED_BY(watch_mu_);
-  absl::flat_hash_map<int, std::string> content_watches_ ABSL_GUARDED_BY(watch_mu_);
+  // Each with the walk generation that last watched it: after a directory event, watches still
+  // under the old path and not refreshed by a walk are of directories that left the tree.
+  struct WatchedDirectory {
+    std::string path;
+    uint64_t generation = 0;
+  };
+  absl::flat_hash_map<int, WatchedDirectory> name_watches_ ABSL_GUARDED_BY(watch_mu_);
+  absl::flat_hash_map<int, WatchedDirectory> content_watches_ ABSL_GUARDED_BY(watch_mu_);
+  uint64_t walk_generation_ ABSL_GUARDED_BY(watch_mu_) = 0;
   std::vector<std::unique_ptr<Tree>> trees_ ABSL_GUARDED_BY(watch_mu_);
   // The open-file cache: slot i is device open_slot_devices_[i]; which entry holds it (null:
   // free); the free ones; the CLOCK hand (the next slot looked at for eviction).
@@ -402,6 +433,18 @@ class Catalog {
   std::unique_ptr<Watcher> watcher_;
   // Odd while the watcher reads and applies inotify events (see ApplyingNameEvents()).
   std::atomic<uint64_t> name_events_seq_{0};
+  // What the batch of name events being applied concerns, published once the watcher has read
+  // them (NameMayBeChanging).
+  struct ChangingNames {
+    uint64_t turn = 0;                       // the watcher's turn (the ticket it serves)
+    uint64_t seq = 0;                        // name_events_seq_ (odd) while they are applied
+    bool all = false;                        // events lost, or a served root moved: every name
+    absl::flat_hash_set<std::string> names;  // served names (tree-relative, or own name)
+    absl::flat_hash_set<std::string> directories;  // tree-relative, with a trailing '/'
+  };
+  mutable std::mutex changing_mu_;
+  std::shared_ptr<const ChangingNames> changing_ ABSL_GUARDED_BY(changing_mu_);
+  void PublishChanging(std::shared_ptr<const ChangingNames> changing);
 };
 
 }  // namespace blockread::storage

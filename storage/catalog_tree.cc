@@ -21,18 +21,20 @@ namespace blockread::storage {
 // New files remembered while no slot is free or a writer holds them open (about 100 bytes each).
 constexpr size_t kMaxPendingNewFiles = 65536;
 
-absl::StatusOr<std::vector<std::string>> Catalog::WalkTree(Tree& tree) {
+absl::StatusOr<std::vector<std::string>> Catalog::WalkTree(Tree& tree,
+                                                           const std::string& relative_start) {
   namespace fs = std::filesystem;
   const fs::path root(tree.root->path());
+  const std::string start = tree.DisplayOf(relative_start);
   // A directory removed or renamed while it is walked ends the walk with an error: walk again
   // (the events of that change make the watcher walk once more anyway).
   for (int attempt = 1;; ++attempt) {
     std::vector<std::string> files;
-    if (absl::Status s = WatchDirectory(tree.root->path()); !s.ok()) return s;
+    if (absl::Status s = WatchDirectory(start); !s.ok()) return s;
     std::error_code error;
     // Each directory is watched when the walk reaches its entry, before the walk lists it: a file
     // created in it meanwhile is listed or has its event queued (or both).
-    for (auto it = fs::recursive_directory_iterator(root, error);
+    for (auto it = fs::recursive_directory_iterator(start, error);
          !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
       std::error_code type_error;
       const fs::file_status status = it->symlink_status(type_error);  // symlinks not followed
@@ -49,7 +51,7 @@ absl::StatusOr<std::vector<std::string>> Catalog::WalkTree(Tree& tree) {
       std::sort(files.begin(), files.end());
       return files;
     }
-    if (attempt == 3) return PosixError(error, absl::StrCat("walking ", tree.root->path()));
+    if (attempt == 3) return PosixError(error, absl::StrCat("walking ", start));
   }
 }
 
@@ -62,6 +64,37 @@ Catalog::Tree* Catalog::TreeOf(absl::string_view path, std::string* relative) {
     }
   }
   return nullptr;
+}
+
+void Catalog::ChangeDirectory(const std::string& directory, std::vector<FileEntry*>& to_close,
+                              std::vector<FileEntry*>& gone, std::vector<FileEntry*>& added) {
+  // The served names at or below it: removed, moved away, or replaced by what is there now.
+  std::vector<FileEntry*> below;
+  if (auto it = by_display_path_.find(directory); it != by_display_path_.end()) {
+    below.push_back(it->second);  // a served file where the directory is now
+  }
+  // Not one range with the directory itself: "d.x/..." sorts between "d" and "d/...".
+  const std::string prefix = directory + "/";
+  for (auto it = by_display_path_.lower_bound(prefix);
+       it != by_display_path_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    below.push_back(it->second);
+  }
+  for (FileEntry* entry : below) Rebind(*entry, to_close, gone);
+  // What it holds now, if it is a directory in a served tree (created or moved in).
+  std::string relative;
+  Tree* tree = TreeOf(directory, &relative);
+  std::error_code error;
+  if (tree == nullptr ||
+      !std::filesystem::is_directory(std::filesystem::symlink_status(directory, error))) {
+    return;
+  }
+  auto files = WalkTree(*tree, relative);
+  if (!files.ok()) {
+    LogWarning(absl::StrCat("file watcher: ", files.status().message(),
+                            "; files created there may not be served"));
+    return;
+  }
+  for (const std::string& file : *files) AddNewFile(*tree, file, added);
 }
 
 void Catalog::SyncTrees(std::vector<FileEntry*>& added) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -122,6 +123,9 @@ class Catalog::Watcher {
   bool HasOpened(uint64_t ticket) const {
     return opened_.load(std::memory_order_acquire) >= ticket;
   }
+  bool HasAppliedNames(uint64_t ticket) const {
+    return names_applied_.load(std::memory_order_acquire) >= ticket;
+  }
   void WaitUntilCurrent() {
     const uint64_t ticket = RequestCatchUp();
     std::unique_lock lock(mu_);
@@ -185,7 +189,7 @@ class Catalog::Watcher {
       {
         std::lock_guard lock(catalog_.watch_mu_);
         HandleSignals();
-        HandleInotifyEvents();
+        HandleInotifyEvents(ticket);
         // Files reads are waiting for: served through the file at once, and those reads go on
         // (the ticket) before the leases and maps, which write the files back.
         catalog_.OpenRequested(to_lease);
@@ -242,41 +246,49 @@ class Catalog::Watcher {
   struct Events {
     std::vector<FileEntry*> served;    // served files whose name or content changed
     std::vector<std::string> unknown;  // display paths created, moved in or closed, not served
-    bool rescan = false;  // events lost, or a directory came, went or moved: walk everything
+    // Display paths of directories created, moved in or out, or removed in a served directory.
+    std::vector<std::string> directories;
+    bool rescan = false;  // events lost: walk everything
     bool lost = false;    // the kernel's queue overflowed (fs.inotify.max_queued_events)
+    // What they concern, for the reads that wait (name events only).
+    std::shared_ptr<ChangingNames> changing;
   };
 
-  void HandleInotifyEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+  void HandleInotifyEvents(uint64_t turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
     // Name events, with the sequence odd from before they are read until they are applied: a
     // worker whose poll of names_fd_ finds it drained cannot otherwise tell "read, not applied
     // yet" from "no event" (storage/name_sync.h). Applying them opens files and replaces names,
     // nothing more: mapping a replaced or new file (FIEMAP_FLAG_SYNC writes it back) waits until
     // the sequence is even again, served through the file meanwhile (exact).
-    catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst);
-    Events names = ReadEvents(names_fd_, catalog_.name_watches_);
+    const uint64_t seq = catalog_.name_events_seq_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    Events names = ReadEvents(names_fd_, catalog_.name_watches_, /*name_events=*/true);
+    // Reads of the names these events do not concern go on from here (NameMayBeChanging).
+    names.changing->turn = turn;
+    names.changing->seq = seq;
+    catalog_.PublishChanging(std::move(names.changing));
     std::vector<FileEntry*> to_close, added, gone;
     if (names.rescan) {
-      if (names.lost) {
-        LogWarning(
-            "file watcher: inotify events lost (queue overflow; fs.inotify."
-            "max_queued_events); walking every served tree and re-opening every name");
-      } else {
-        LogInfo(
-            "file watcher: a served directory changed; walking every served tree and "
-            "re-opening every served name");
-      }
+      LogWarning(
+          "file watcher: inotify events lost (queue overflow; fs.inotify.max_queued_events); "
+          "walking every served tree and looking at every served name again");
       catalog_.Rescan(to_close, gone);
       catalog_.SyncTrees(added);
     } else {
+      // By what they name: the files named, and the names below the directories that changed.
       for (FileEntry* entry : names.served) catalog_.Rebind(*entry, to_close, gone);
+      for (const std::string& directory : names.directories) {
+        catalog_.ChangeDirectory(directory, to_close, gone, added);
+      }
       AddNewFiles(names.unknown, added);
+      catalog_.DropStaleWatches(names.directories);
     }
     catalog_.Evict(to_close);
     catalog_.ChangeNames(added, gone);
     catalog_.name_events_seq_.fetch_add(1, std::memory_order_release);
+    names_applied_.store(turn, std::memory_order_release);
 
     // Content events: workers do not wait for these.
-    Events contents = ReadEvents(contents_fd_, catalog_.content_watches_);
+    Events contents = ReadEvents(contents_fd_, catalog_.content_watches_, /*name_events=*/false);
     if (contents.rescan && !names.rescan) {
       if (contents.lost) {
         LogWarning(
@@ -321,10 +333,13 @@ class Catalog::Watcher {
   }
 
   // Reads every event queued on `fd` (one of the two inotify instances).
-  Events ReadEvents(int fd, absl::flat_hash_map<int, std::string>& directories)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+  Events ReadEvents(int fd, absl::flat_hash_map<int, WatchedDirectory>& directories,
+                    bool name_events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
     alignas(inotify_event) char buffer[64 * 1024];
     Events events;
+    events.changing = std::make_shared<ChangingNames>();
+    ChangingNames& changing = *events.changing;
+    std::string relative;
     for (;;) {
       const ssize_t n = read(fd, buffer, sizeof(buffer));
       if (n <= 0) break;
@@ -333,25 +348,34 @@ class Catalog::Watcher {
         at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
         if (event->mask & IN_IGNORED) {
           directories.erase(event->wd);  // the watch is gone (its directory removed)
-          events.rescan = true;
           continue;
         }
-        // Events lost, a watched directory moved or removed, or a directory created, moved or
-        // removed inside one: names at any depth below may have changed.
-        events.lost |= (event->mask & IN_Q_OVERFLOW) != 0;
-        if ((event->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF)) ||
-            ((event->mask & IN_ISDIR) && (event->mask & kNameEvents))) {
-          events.rescan = true;
+        if (event->mask & IN_Q_OVERFLOW) {  // events lost: anything may have changed
+          events.lost = events.rescan = changing.all = true;
           continue;
         }
-        if (event->len == 0) continue;
+        // A watched directory itself moved or removed: its parent's event (a directory moved or
+        // removed in it) says so, or it is a served root, whose names stay relative to it.
+        if (event->len == 0 || (event->mask & (IN_DELETE_SELF | IN_MOVE_SELF))) continue;
         auto directory = directories.find(event->wd);
         if (directory == directories.end()) continue;
-        std::string path = absl::StrCat(directory->second, "/", event->name);
+        std::string path = absl::StrCat(directory->second.path, "/", event->name);
+        const bool in_tree = catalog_.TreeOf(path, &relative) != nullptr;
+        if ((event->mask & IN_ISDIR) && (event->mask & kNameEvents)) {
+          // A directory created, moved in or out, or removed: the names below it.
+          if (in_tree) {
+            changing.names.insert(relative);
+            changing.directories.insert(absl::StrCat(relative, "/"));
+          }
+          events.directories.push_back(std::move(path));
+          continue;
+        }
         auto entry = catalog_.by_display_path_.find(path);
         if (entry != catalog_.by_display_path_.end()) {
           events.served.push_back(entry->second);
+          if (name_events) changing.names.insert(entry->second->name);
         } else if (event->mask & (IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)) {
+          if (name_events && in_tree) changing.names.insert(relative);
           events.unknown.push_back(std::move(path));
         }
       }
@@ -360,6 +384,9 @@ class Catalog::Watcher {
     std::sort(events.unknown.begin(), events.unknown.end());
     events.unknown.erase(std::unique(events.unknown.begin(), events.unknown.end()),
                          events.unknown.end());
+    std::sort(events.directories.begin(), events.directories.end());
+    events.directories.erase(std::unique(events.directories.begin(), events.directories.end()),
+                             events.directories.end());
     return events;
   }
 
@@ -381,6 +408,7 @@ class Catalog::Watcher {
   std::atomic<uint64_t> requested_{0};
   std::atomic<uint64_t> handled_{0};
   std::atomic<uint64_t> opened_{0};
+  std::atomic<uint64_t> names_applied_{0};
   std::mutex mu_;
   std::condition_variable handled_cv_;
   // RunOnWatcherThread()'s tasks, run before the ticket they were queued ahead of is handled.
@@ -544,6 +572,31 @@ void Catalog::AimSignalsAtWatcher(int fd) {
   fcntl(fd, F_SETOWN_EX, &owner);
 }
 
+void Catalog::DropStaleWatches(const std::vector<std::string>& directories) {
+  const auto stale = [&](const WatchedDirectory& watched) {
+    if (watched.generation == walk_generation_) return false;  // a walk just watched it there
+    for (const std::string& directory : directories) {
+      if (watched.path == directory ||
+          (absl::StartsWith(watched.path, directory) && watched.path[directory.size()] == '/')) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (auto [fd, watches] : {std::pair{watcher_->names_fd(), &name_watches_},
+                             std::pair{watcher_->contents_fd(), &content_watches_}}) {
+    std::vector<int> drop;
+    for (const auto& [wd, watched] : *watches) {
+      if (stale(watched)) drop.push_back(wd);
+    }
+    for (int wd : drop) {
+      inotify_rm_watch(fd, wd);  // its IN_IGNORED follows; the watch is forgotten now
+      watches->erase(wd);
+    }
+  }
+  ++walk_generation_;
+}
+
 absl::Status Catalog::WatchDirectory(const std::string& directory) {
   for (const auto& [inotify_fd, mask, directories] :
        {std::tuple{watcher_->names_fd(), kNameWatch, &name_watches_},
@@ -560,7 +613,7 @@ absl::Status Catalog::WatchDirectory(const std::string& directory) {
       }
       return PosixError(errno, absl::StrCat("inotify_add_watch ", directory));
     }
-    (*directories)[wd] = directory;
+    (*directories)[wd] = WatchedDirectory{directory, walk_generation_};
   }
   return absl::OkStatus();
 }
@@ -602,5 +655,37 @@ bool Catalog::HasCaughtUp(uint64_t ticket) const {
 }
 
 bool Catalog::HasOpened(uint64_t ticket) const { return !watcher_ || watcher_->HasOpened(ticket); }
+
+bool Catalog::HasAppliedNames(uint64_t ticket) const {
+  return !watcher_ || watcher_->HasAppliedNames(ticket);
+}
+
+void Catalog::PublishChanging(std::shared_ptr<const ChangingNames> changing) {
+  std::shared_ptr<const ChangingNames> old;
+  std::lock_guard lock(changing_mu_);
+  old.swap(changing_);  // freed after the lock is let go
+  changing_ = std::move(changing);
+}
+
+NameChange Catalog::NameMayBeChanging(absl::string_view name, uint64_t turn) const {
+  std::shared_ptr<const ChangingNames> changing;
+  {
+    std::lock_guard lock(changing_mu_);
+    changing = changing_;
+  }
+  if (turn == 0) {
+    const uint64_t seq = name_events_seq_.load(std::memory_order_acquire);
+    if ((seq & 1) == 0) return NameChange::kNo;  // that batch is applied
+    if (changing == nullptr || changing->seq != seq) return NameChange::kUnknown;
+  } else if (changing == nullptr || changing->turn < turn) {
+    return NameChange::kUnknown;  // the events have not been read yet: they may name anything
+  }
+  if (changing->all || changing->names.contains(name)) return NameChange::kYes;
+  for (size_t slash = name.find('/'); slash != absl::string_view::npos;
+       slash = name.find('/', slash + 1)) {
+    if (changing->directories.contains(name.substr(0, slash + 1))) return NameChange::kYes;
+  }
+  return NameChange::kNo;
+}
 
 }  // namespace blockread::storage

@@ -41,17 +41,25 @@ bool NameSync::Woken() {
   return woken;
 }
 
-bool NameSync::CatchUp() {
+bool NameSync::CatchUp(absl::string_view name) {
+  // Anything new since the last look gets a newer ticket, which covers every event queued before
+  // it. Woken() also consumes the poll's completions.
+  if (Woken()) ticket_ = catalog_.RequestCatchUp();
   if (ticket_ != 0) {
-    if (!catalog_.HasCaughtUp(ticket_)) return false;
+    if (!catalog_.HasAppliedNames(ticket_)) return Wait(catalog_.NameMayBeChanging(name, ticket_));
     ticket_ = 0;
   }
-  // Caught up with everything before the ticket; look again for anything since. Both are looked
-  // at: Woken() also consumes the poll's completions.
-  const bool woken = Woken();
-  if (!woken && !catalog_.ApplyingNameEvents()) return true;
-  ticket_ = catalog_.RequestCatchUp();
-  return false;
+  if (!catalog_.ApplyingNameEvents()) return true;
+  // The watcher is applying events it read before this look (the poll found nothing new, so
+  // nothing newer is pending): only the names of that batch wait.
+  const NameChange change = catalog_.NameMayBeChanging(name, /*turn=*/0);
+  if (change != NameChange::kNo) ticket_ = catalog_.RequestCatchUp();
+  return Wait(change);
+}
+
+bool NameSync::Wait(NameChange change) {
+  waiting_for_its_name_ = change == NameChange::kYes;
+  return change == NameChange::kNo;
 }
 
 }  // namespace blockread::storage

@@ -25,10 +25,12 @@ namespace blockread::storage {
 // The watcher therefore keeps a sequence that is odd from before it reads events until it has
 // applied them (Catalog::ApplyingNameEvents()). So ReadyToResolve() costs three loads from
 // shared memory while no name changes: the flag, the CQ ring and that sequence.
-// When a name event is seen, the worker asks the watcher to catch up (one eventfd write) and
-// resolves no name until it has: StartRead answers kBusy meanwhile, and the worker keeps reaping
-// (it must not block: the watcher, replacing a file's version, waits for this worker's reads of
-// the old one to finish).
+// When a name event is seen, the worker asks the watcher to catch up (one eventfd write). Until
+// the watcher has read the events it cannot tell which names they concern, and resolves none;
+// once it has (the watcher publishes the names and directories each batch changes), only reads
+// of those names wait until they are applied: StartRead answers kNameChanging meanwhile, and the
+// worker keeps reaping (it must not block: the watcher, replacing a file's version, waits for
+// this worker's reads of the old one to finish).
 //
 // Threading: create, use and destroy on the engine's thread (the ring is SINGLE_ISSUER).
 class NameSync {
@@ -37,21 +39,28 @@ class NameSync {
   // psync engine.
   static absl::StatusOr<std::unique_ptr<NameSync>> Create(Catalog& catalog, bool use_io_uring);
 
-  // True when names may be resolved now. False: the watcher is applying a name change that may
-  // precede this read; try again on a later loop turn.
-  bool ReadyToResolve() {
+  // True when `name` may be resolved now. False: the watcher is applying a name change that may
+  // precede this read and concern `name`; try again on a later loop turn. Names the change does
+  // not concern (Catalog::NameMayBeChanging) are not held back.
+  bool ReadyToResolve(absl::string_view name) {
     if (ticket_ == 0 && ring_ != nullptr && !ring_->CompletionsPending() &&
         !catalog_.ApplyingNameEvents()) [[likely]] {
       return true;
     }
-    return CatchUp();
+    return CatchUp(name);
   }
   // A name change is being applied: reads wait for it (the worker keeps its loop turning).
   bool catching_up() const { return ticket_ != 0; }
+  // Whether the last read ReadyToResolve() held back waits because the change concerns its name
+  // (or a directory above it), not because the watcher has yet to read what the change is
+  // (a pause of microseconds, not counted as a wait).
+  bool waiting_for_its_name() const { return waiting_for_its_name_; }
 
  private:
   NameSync(Catalog& catalog, int fd) : catalog_(catalog), fd_(fd) {}
-  bool CatchUp();
+  bool CatchUp(absl::string_view name);
+  // Whether a read in state `change` may go on; remembers whether it waits for its own name.
+  bool Wait(NameChange change);
   // Whether fd_ was woken since the last look (consumes the news).
   bool Woken();
 
@@ -59,6 +68,7 @@ class NameSync {
   const int fd_;
   std::unique_ptr<Ring> ring_;  // null: poll(2) at each check
   uint64_t ticket_ = 0;         // the watcher's ticket being waited for; 0 when none
+  bool waiting_for_its_name_ = false;
 };
 
 }  // namespace blockread::storage

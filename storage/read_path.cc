@@ -242,8 +242,9 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   }
   // A rename or unlink in a served directory that the catalog has not applied yet: wait for it
   // (storage/name_sync.h). Three loads from shared memory when there is none.
-  if (name_sync_ != nullptr && !name_sync_->ReadyToResolve()) [[unlikely]] {
-    *outcome = StartOutcome::kBusy;
+  if (name_sync_ != nullptr && !name_sync_->ReadyToResolve(request.file)) [[unlikely]] {
+    if (name_sync_->waiting_for_its_name()) stats_.name_waits().Add(1);
+    *outcome = StartOutcome::kNameChanging;
     return absl::OkStatus();
   }
   if (catalog_.device_events() != device_events_seen_) [[unlikely]] {

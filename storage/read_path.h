@@ -107,10 +107,8 @@ enum class StartOutcome : uint8_t {
   // overflow, or the catalog's error for a file it cannot serve right now, which may be any code,
   // RESOURCE_EXHAUSTED included). done() will not run.
   kCompleted,
-  // Every slot of the path the read needs is taken, or a name change in a served directory is
-  // still being applied (waiting_for_names()). Nothing happened and nothing was built: no Status,
-  // no allocation. Try again after PollOnce() has delivered something, or on a later turn while
-  // waiting_for_names().
+  // Every slot of the path the read needs is taken. Nothing happened and nothing was built: no
+  // Status, no allocation. Try again after PollOnce() has delivered something.
   kBusy,
   // The read's device already holds its share of the path's slots (kDeviceShareOfSlotsPercent), so
   // a
@@ -122,11 +120,15 @@ enum class StartOutcome : uint8_t {
   // happened; reads of other files may start. Try again on a later turn while
   // waiting_for_opens().
   kOpening,
+  // A name change in a served directory that may concern this read's name (a rename, a removal,
+  // a directory moved) is being applied by the catalog's watcher (typically well under a
+  // millisecond): nothing happened; reads of other names may start. Try again on a later turn
+  // while waiting_for_names().
+  kNameChanging,
 };
-// kBusy, kDeviceBusy or kOpening: nothing happened; try again after a poll.
+// Nothing happened; try again after a poll.
 constexpr bool IsBusy(StartOutcome outcome) {
-  return outcome == StartOutcome::kBusy || outcome == StartOutcome::kDeviceBusy ||
-         outcome == StartOutcome::kOpening;
+  return outcome != StartOutcome::kQueued && outcome != StartOutcome::kCompleted;
 }
 
 // One worker's engine: I/O backends, request slots, registered buffers and a stats shard, none of
@@ -176,8 +178,9 @@ class EngineContext {
 
   // Reads queued and not yet delivered.
   uint32_t reads_in_flight() const { return reads_in_flight_; }
-  // Reads answer kBusy until the catalog has applied a rename or unlink in a served directory
-  // (a wait on another thread, typically well under a millisecond): keep the loop turning.
+  // Reads of names a rename or unlink in a served directory may concern answer kNameChanging until
+  // the catalog has applied it (a wait on another thread, typically well under a millisecond):
+  // keep the loop turning.
   bool waiting_for_names() const { return name_sync_ != nullptr && name_sync_->catching_up(); }
   // A read answered kOpening, and its file is not open yet (the watcher opens it, typically in
   // tens of microseconds): keep the loop turning.

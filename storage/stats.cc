@@ -50,6 +50,7 @@ void StatsSnapshot::Add(const StatsShard& shard) {
   }
   AddCounts(shard.rejected(), rejected);
   shed += shard.shed().Load();
+  name_waits += shard.name_waits().Load();
   if (devices.size() < shard.device_count()) devices.resize(shard.device_count());
   for (uint32_t d = 0; d < shard.device_count(); ++d) {
     const DeviceStats& in = shard.device(d);

@@ -95,6 +95,11 @@ class StatsShard {
   // Of the DEADLINE_EXCEEDED refusals, those shed: their device takes longer than their time left.
   Counter& shed() { return shed_; }
   const Counter& shed() const { return shed_; }
+  // Times a read was held back (kNameChanging) because a name change in a served directory that
+  // concerns its name, or a directory above it, was being applied (storage/name_sync.h). The
+  // pause until the watcher has read what a change is (microseconds) is not counted.
+  Counter& name_waits() { return name_waits_; }
+  const Counter& name_waits() const { return name_waits_; }
   DeviceStats& device(uint32_t id) { return devices_[id]; }
   const DeviceStats& device(uint32_t id) const { return devices_[id]; }
   size_t device_count() const { return devices_.size(); }
@@ -104,6 +109,7 @@ class StatsShard {
   std::array<Counter, kFallbackReasonCount> fallbacks_;
   ErrorCounts rejected_;
   Counter shed_;
+  Counter name_waits_;
   std::vector<DeviceStats> devices_;
 };
 
@@ -135,6 +141,7 @@ struct StatsSnapshot {
   std::array<uint64_t, kFallbackReasonCount> fallbacks{};
   ErrorCountsSnapshot rejected{};
   uint64_t shed = 0;
+  uint64_t name_waits = 0;
   std::vector<DeviceSnapshot> devices;
 
   void Add(const StatsShard& shard);

@@ -88,6 +88,7 @@ storage::ReadResult ReadAndKeep(storage::EngineContext& engine, const std::strin
     case storage::StartOutcome::kBusy:
     case storage::StartOutcome::kDeviceBusy:
     case storage::StartOutcome::kOpening:
+    case storage::StartOutcome::kNameChanging:
       // Not waited for: the slots may all be kept by the test, and then none ever frees up.
       kept.result.status = absl::ResourceExhaustedError("every slot of the path is taken");
       return kept.result;
