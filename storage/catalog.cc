@@ -85,9 +85,8 @@ absl::Status Catalog::AddEntry(FileEntry& entry) {
   if (entry.name.empty()) return absl::InvalidArgumentError("a file name must not be empty");
   std::lock_guard lock(versions_mu_);
   // Setup: no read runs yet, so the table is changed in place.
-  auto [it, inserted] = owned_names_->try_emplace(entry.name, &entry);
-  if (!inserted) {
-    return absl::AlreadyExistsError(absl::StrCat("file name '", it->first, "' is used twice"));
+  if (!names_.InsertBeforeReaders(&entry)) {
+    return absl::AlreadyExistsError(absl::StrCat("file name '", entry.name, "' is used twice"));
   }
   entry.reachable = true;
   return absl::OkStatus();
@@ -314,13 +313,12 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
 }
 
 const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
-  const NameTable& names = *names_.load(std::memory_order_acquire);
-  auto it = names.find(name);
-  if (it == names.end()) [[unlikely]] {
+  FileEntry* found = names_.Find(name);
+  if (found == nullptr) [[unlikely]] {
     *unavailable = UnknownFileError(name);
     return nullptr;
   }
-  const FileEntry& entry = *it->second;
+  const FileEntry& entry = *found;
   // CLOCK's referenced bit: a load, and a store only when the hand has cleared it.
   if (!entry.referenced.load(std::memory_order_relaxed)) [[unlikely]] {
     entry.referenced.store(true, std::memory_order_relaxed);
@@ -329,15 +327,14 @@ const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unav
   if (version->map) [[likely]] {
     return version->map.get();
   }
-  if (version == &cold_version_) RequestOpen(*it->second);  // *unavailable stays OK: not open
+  if (version == &cold_version_) RequestOpen(*found);  // *unavailable stays OK: not open
   *unavailable = version->unavailable;
   return nullptr;
 }
 
 Catalog::FileEntry* Catalog::Find(absl::string_view name) const {
   std::lock_guard lock(versions_mu_);
-  auto it = owned_names_->find(name);
-  return it == owned_names_->end() ? nullptr : it->second;
+  return names_.Find(name);
 }
 
 absl::StatusOr<FileMapRef> Catalog::Resolve(absl::string_view name) {
@@ -373,16 +370,16 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
   BeneathPath source;
   {
     std::lock_guard lock(versions_mu_);
-    auto it = owned_names_->find(name);
-    if (it == owned_names_->end()) return UnknownFileError(name);
-    if (it->second->owned != nullptr) {
-      const FileVersion& version = *it->second->owned;
+    const FileEntry* entry = names_.Find(name);
+    if (entry == nullptr) return UnknownFileError(name);
+    if (entry->owned != nullptr) {
+      const FileVersion& version = *entry->owned;
       if (version.map) return version.map;
       return version.unavailable;
     }
     // Copied under the lock: an entry is reused for another name only after a table without it
     // has been published under this lock.
-    source = it->second->source;
+    source = entry->source;
   }
   // Not open: its size now, by a stat beneath its root.
   return DescribeCold(name, source);
@@ -391,29 +388,29 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
 absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {
   std::lock_guard lock(versions_mu_);
   if (name == "*") {
-    for (auto& [file_name, entry] : *owned_names_) {
+    names_.ForEach([&](const std::string&, FileEntry* entry) {
       if (entry->declared_version.empty()) entry->declared_version = version;
-    }
+    });
     default_version_ = std::move(version);
     return absl::OkStatus();
   }
-  auto it = owned_names_->find(name);
-  if (it == owned_names_->end()) return UnknownFileError(name);
-  it->second->declared_version = std::move(version);
+  FileEntry* entry = names_.Find(name);
+  if (entry == nullptr) return UnknownFileError(name);
+  entry->declared_version = std::move(version);
   return absl::OkStatus();
 }
 
 std::string Catalog::DeclaredVersion(absl::string_view name) const {
   std::lock_guard lock(versions_mu_);
-  auto it = owned_names_->find(name);
-  return it == owned_names_->end() ? "" : it->second->declared_version;
+  const FileEntry* entry = names_.Find(name);
+  return entry == nullptr ? "" : entry->declared_version;
 }
 
 std::string Catalog::RouteNote(absl::string_view name) const {
   std::lock_guard lock(versions_mu_);
-  auto it = owned_names_->find(name);
-  if (it == owned_names_->end()) return "";
-  return it->second->owned != nullptr ? it->second->owned->route_note : cold_version_.route_note;
+  const FileEntry* entry = names_.Find(name);
+  if (entry == nullptr) return "";
+  return entry->owned != nullptr ? entry->owned->route_note : cold_version_.route_note;
 }
 
 RouteCounts Catalog::route_counts() const {
@@ -422,10 +419,10 @@ RouteCounts Catalog::route_counts() const {
   counts.open_slots = open_slot_count_;
   counts.opens = opens_.load(std::memory_order_relaxed);
   counts.evictions = evictions_.load(std::memory_order_relaxed);
-  for (const auto& [name, entry] : *owned_names_) {
+  names_.ForEach([&](const std::string&, const FileEntry* entry) {
     if (entry->owned == nullptr) {
       ++counts.not_open;
-      continue;
+      return;
     }
     const FileVersion& version = *entry->owned;
     if (!version.map) {
@@ -435,7 +432,7 @@ RouteCounts Catalog::route_counts() const {
     } else if (version.map->source() == FileSource::kFileRoute) {
       ++counts.file_route;
     }
-  }
+  });
   return counts;
 }
 
@@ -443,8 +440,8 @@ std::vector<std::string> Catalog::FileNames() const {
   std::vector<std::string> names;
   {
     std::lock_guard lock(versions_mu_);
-    names.reserve(owned_names_->size());
-    for (const auto& [name, entry] : *owned_names_) names.push_back(name);
+    names.reserve(names_.size());
+    names_.ForEach([&](const std::string& name, const FileEntry*) { names.push_back(name); });
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -452,7 +449,7 @@ std::vector<std::string> Catalog::FileNames() const {
 
 size_t Catalog::file_count() const {
   std::lock_guard lock(versions_mu_);
-  return owned_names_->size();
+  return names_.size();
 }
 
 }  // namespace blockread::storage

@@ -25,6 +25,7 @@
 #include "storage/device_identity.h"
 #include "storage/extent_map.h"
 #include "storage/fiemap.h"
+#include "storage/name_table.h"
 #include "storage/read_epochs.h"
 
 namespace blockread::storage {
@@ -266,10 +267,6 @@ class Catalog {
   struct FileEntry;
   struct Tree;
   class Watcher;
-  // The served names. The read path finds a name in the table names_ points at (inside its
-  // reader's epoch); the watcher replaces the table whole when names come or go and frees the
-  // old one once no read can be using it.
-  using NameTable = absl::flat_hash_map<std::string, FileEntry*>;
 
   // Names `entry` (setup only: the table is changed in place).
   absl::Status AddEntry(FileEntry& entry);
@@ -333,8 +330,9 @@ class Catalog {
   // Names `relative` of `tree` (cold: opened on its first read) if it is a regular file no writer
   // holds open (else remembers it until its writer closes it) and no name serves yet. Adds the
   // new entry to `added`.
-  void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // `just_closed`: its writer closed it a moment ago (IN_CLOSE_WRITE).
+  void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
+                  bool just_closed = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Walks every tree again, adding the files not served yet.
   void SyncTrees(std::vector<FileEntry*>& added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Publishes a name table with `added` and without `gone`; once no read can use the old one,
@@ -382,12 +380,14 @@ class Catalog {
   // Every entry ever made (served, or free for reuse: free_entries_); freed with the catalog only,
   // so a pointer to one is always valid.
   std::vector<std::unique_ptr<FileEntry>> entries_;
-  std::atomic<const NameTable*> names_{nullptr};
+  // The served names. The read path finds a name without a lock (inside its reader's epoch); the
+  // watcher changes them under versions_mu_ (storage/name_table.h) and frees replaced shards once
+  // no read can be using them.
+  NameTable<FileEntry> names_;
   std::atomic<uint64_t> names_generation_;
   ReadEpochs epochs_;
   // Guards publishing versions and name tables against Resolve()'s and the listings' reads.
   mutable std::mutex versions_mu_;
-  std::unique_ptr<NameTable> owned_names_ ABSL_GUARDED_BY(versions_mu_);
   // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
   std::mutex watch_mu_;
   absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);

@@ -109,7 +109,8 @@ void Catalog::SyncTrees(std::vector<FileEntry*>& added) {
   }
 }
 
-void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added) {
+void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
+                         bool just_closed) {
   const std::string display = tree.DisplayOf(relative);
   if (by_display_path_.contains(display)) return;  // served already
   BeneathPath source{tree.root, relative};
@@ -124,7 +125,14 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
   // Served once closed after writing: no read lease can be had while a writer holds it open.
   // Without leases (no CAP_LEASE for a file the server does not own, a filesystem without them)
   // a writer cannot be seen: such a file is served at once, read through itself.
-  const bool writer = fcntl(*opened, F_SETLEASE, F_RDLCK) != 0 && errno == EAGAIN;
+  bool writer = fcntl(*opened, F_SETLEASE, F_RDLCK) != 0 && errno == EAGAIN;
+  // The kernel queues IN_CLOSE_WRITE before it drops the closing writer's write access (both in
+  // the same __fput): a file whose writer just closed it can still refuse the lease for a few
+  // microseconds. Look again briefly rather than a second later.
+  for (int again = 0; writer && just_closed && again < 20; ++again) {
+    usleep(50);
+    writer = fcntl(*opened, F_SETLEASE, F_RDLCK) != 0 && errno == EAGAIN;
+  }
   if (!writer) fcntl(*opened, F_SETLEASE, F_UNLCK);
   close(*opened);
   if (writer) {
@@ -144,37 +152,23 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
 void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
                           const std::vector<FileEntry*>& gone) {
   if (added.empty() && gone.empty()) return;
-  std::unique_ptr<NameTable> next;
-  {
-    std::lock_guard lock(versions_mu_);
-    next = std::make_unique<NameTable>(*owned_names_);
-  }
-  for (FileEntry* entry : gone) {
-    auto it = next->find(entry->name);
-    if (it != next->end() && it->second == entry) next->erase(it);
-  }
   std::vector<FileEntry*> refused;
-  for (FileEntry* entry : added) {
-    if (!next->try_emplace(entry->name, entry).second) {
-      LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
-                                 entry->source.display(), entry->name));
-      by_display_path_.erase(entry->source.display());
-      refused.push_back(entry);
-      continue;
-    }
-    entry->reachable = true;
-  }
-  std::unique_ptr<NameTable> old;
+  NameTable<FileEntry>::Retired retired;  // freed on return, once no read can be using them
   {
     std::lock_guard lock(versions_mu_);
-    old = std::move(owned_names_);
-    owned_names_ = std::move(next);
-    names_.store(owned_names_.get(), std::memory_order_release);
+    retired = names_.Change(gone, added, &refused);
+  }
+  for (FileEntry* entry : added) entry->reachable = true;
+  for (FileEntry* entry : refused) {
+    LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
+                               entry->source.display(), entry->name));
+    by_display_path_.erase(entry->source.display());
+    entry->reachable = false;
   }
   names_generation_.fetch_add(1, std::memory_order_acq_rel);
   free_entries_.insert(free_entries_.end(), refused.begin(), refused.end());
-  // Once no read can be using the old table (freed on return), nothing reaches the removed
-  // entries: their files are let go and the entries serve the next new names.
+  // Once no read can be using the replaced shards, nothing reaches the removed entries: their
+  // files are let go and the entries serve the next new names.
   epochs_.WaitForEarlierReads();
   std::vector<std::unique_ptr<const FileVersion>> versions;
   for (FileEntry* entry : gone) {

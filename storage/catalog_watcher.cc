@@ -318,16 +318,16 @@ class Catalog::Watcher {
     }
     // New files whose writer closed them: served now (their names appear; no read waits).
     std::vector<FileEntry*> closed;
-    AddNewFiles(contents.unknown, closed);
+    AddNewFiles(contents.unknown, closed, /*just_closed=*/true);
     catalog_.ChangeNames(closed, {});
   }
 
-  void AddNewFiles(const std::vector<std::string>& paths, std::vector<FileEntry*>& added)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
+  void AddNewFiles(const std::vector<std::string>& paths, std::vector<FileEntry*>& added,
+                   bool just_closed = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
     std::string relative;
     for (const std::string& path : paths) {
       if (Tree* tree = catalog_.TreeOf(path, &relative)) {
-        catalog_.AddNewFile(*tree, relative, added);
+        catalog_.AddNewFile(*tree, relative, added, just_closed);
       }
     }
   }
@@ -416,10 +416,7 @@ class Catalog::Watcher {
 };
 
 // Here rather than in catalog.cc: both need the whole Watcher (unique_ptr's deleter).
-Catalog::Catalog()
-    : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))),
-      owned_names_(std::make_unique<NameTable>()) {
-  names_.store(owned_names_.get(), std::memory_order_release);
+Catalog::Catalog() : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
   cold_version_.route_note = "not open now: it is opened on its first read";
 }
 
