@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 files=${1:-1000000}
 build=${BUILD_DIR:-build/release}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# An existing build directory is used as it is configured (BUILD_DIR=build/test-release works).
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target blockread-server blockread >/dev/null
 server_bin=$build/server/blockread-server
 cli=$build/client/blockread
