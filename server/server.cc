@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   std::unique_ptr<BlockReadServer> server(new BlockReadServer(config));
   RaiseOpenFileLimit();
   if (absl::Status s = AddConfiguredSources(server->config_, server->catalog_); !s.ok()) return s;
+  server->catalog_.SealDevices();  // before the workers make their engines, on their threads
   auto cpus = ParseCpuList(server->config_.cpus());
   if (!cpus.ok()) return cpus.status();
   // Once for the process, before any worker: auto's fallback is logged once, and io_uring's

@@ -248,7 +248,10 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source, Tree* 
   }
   // A file named on its own is opened, leased and mapped now (the operator named it; a tree's
   // files wait for their first read). It may be closed later like any other to make room.
-  if (tree == nullptr && !free_open_slots_.empty() && OpenIntoSlot(*entry)) TakeLease(*entry);
+  if (tree == nullptr) {
+    GrowOpenSlots();
+    if (!free_open_slots_.empty() && OpenIntoSlot(*entry)) TakeLease(*entry);
+  }
   return absl::OkStatus();
 }
 
@@ -305,6 +308,10 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   for (const std::string& relative : *found) {
     absl::Status added = ImportBeneath(relative, BeneathPath{tree->root, relative}, tree);
     if (!added.ok()) return added;
+  }
+  {
+    std::lock_guard lock(watch_mu_);
+    GrowOpenSlots();
   }
   if (found->empty()) {
     LogInfo(absl::StrFormat("%s holds no regular file yet; files created in it are served", path));

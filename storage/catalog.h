@@ -38,6 +38,9 @@ inline constexpr size_t kDefaultMaxOpenFiles = 16384;
 // Descriptors the server keeps for everything but open served files (devices, connections,
 // inotify, gRPC's own): the cap stays this far below RLIMIT_NOFILE.
 inline constexpr size_t kReservedDescriptors = 512;
+// Open-file slots beyond the names served at setup, for files created later (past it, files are
+// still served, closing the least recently read).
+inline constexpr size_t kOpenSlotHeadroom = 1024;
 
 // A file's map as of one Resolve(): an owning reference, valid however long it is kept.
 using FileMapRef = std::shared_ptr<const FileMap>;
@@ -151,11 +154,15 @@ class Catalog {
   // kept live from then on (see above). Returns how many files were added (an empty directory is
   // served, with nothing in it yet). Walks names only: no file is opened or mapped here.
   absl::StatusOr<size_t> ImportTree(const std::string& path);
-  // The most served files open at once (see kDefaultMaxOpenFiles). Set before the first import;
-  // the first import reserves the slots, at most RLIMIT_NOFILE - kReservedDescriptors of them
-  // (and says so in the log). open_file_slots() is the number reserved.
+  // The most served files open at once (see kDefaultMaxOpenFiles). Set before the first import.
+  // Imports reserve slots for the names served plus kOpenSlotHeadroom, at most this many and
+  // RLIMIT_NOFILE - kReservedDescriptors; open_file_slots() is the number reserved.
   void set_max_open_files(size_t files) { max_open_files_ = files; }
   size_t open_file_slots() const { return open_slot_count_; }
+  // Ends setup: no device is added after this (the open-file cache takes its final size, logged).
+  // EngineContext::Create calls it; a server calls it once before its workers start, since
+  // engines are made on several threads. Idempotent.
+  void SealDevices();
 
   // ---- Serving (any thread) ----
 
@@ -342,7 +349,9 @@ class Catalog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // The open-file cache (catalog_open_files.cc). A slot is a file-route device whose descriptor
   // is re-pointed (dup3) at the file it holds, /dev/null while free.
-  void ReserveOpenSlots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Adds slots up to the served names plus kOpenSlotHeadroom, at most max_open_files_ and the
+  // descriptors RLIMIT_NOFILE leaves; nothing once the devices are sealed.
+  void GrowOpenSlots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Opens the files reads asked for (LookupForRead of a cold name), served through the file at
   // once and added to `to_lease` (leased and mapped after).
   void OpenRequested(std::vector<FileEntry*>& to_lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
@@ -411,6 +420,7 @@ class Catalog {
   std::vector<uint32_t> free_open_slots_ ABSL_GUARDED_BY(watch_mu_);
   size_t clock_hand_ ABSL_GUARDED_BY(watch_mu_) = 0;
   size_t open_slot_count_ = 0;
+  bool devices_sealed_ ABSL_GUARDED_BY(watch_mu_) = false;
   size_t max_open_files_ = kDefaultMaxOpenFiles;
   std::atomic<uint64_t> opens_{0};
   std::atomic<uint64_t> evictions_{0};

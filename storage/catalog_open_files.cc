@@ -31,7 +31,26 @@ constexpr uint32_t kOpenSlotBlockSize = 4096;
 
 }  // namespace
 
-void Catalog::ReserveOpenSlots() {
+void Catalog::SealDevices() {
+  std::lock_guard lock(watch_mu_);
+  if (devices_sealed_) return;
+  GrowOpenSlots();
+  devices_sealed_ = true;
+  if (open_slot_count_ == 0) return;
+  rlimit files = {};
+  getrlimit(RLIMIT_NOFILE, &files);
+  LogInfo(absl::StrFormat(
+      "served files are opened on their first read, at most %u at once (--max-open-files %u, "
+      "the served names plus %u, and RLIMIT_NOFILE %u less %u descriptors kept for devices, "
+      "connections and the rest)",
+      open_slot_count_, max_open_files_, kOpenSlotHeadroom, files.rlim_cur, kReservedDescriptors));
+}
+
+void Catalog::GrowOpenSlots() {
+  if (devices_sealed_ || !watcher_) return;
+  const size_t target =
+      std::max<size_t>(1, std::min(max_open_files_, file_count() + kOpenSlotHeadroom));
+  if (open_slot_count_ >= target) return;
   rlimit files = {};
   getrlimit(RLIMIT_NOFILE, &files);
   const size_t limit = static_cast<size_t>(files.rlim_cur);
@@ -44,8 +63,10 @@ void Catalog::ReserveOpenSlots() {
   }
   const size_t room =
       limit > kReservedDescriptors + in_use ? limit - kReservedDescriptors - in_use : 0;
-  const size_t slots = std::max<size_t>(1, std::min(max_open_files_, room));
-  for (size_t i = 0; i < slots; ++i) {
+  const size_t first = open_slot_count_;
+  // At least one slot, whatever the limit: a cache of none could open nothing.
+  const size_t slots = std::max<size_t>(std::min(target, first + room), std::max<size_t>(first, 1));
+  for (size_t i = first; i < slots; ++i) {
     const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (placeholder < 0) {
       LogWarning(absl::StrFormat("only %u of %u open-file slots reserved: %s", i, slots,
@@ -59,13 +80,9 @@ void Catalog::ReserveOpenSlots() {
     open_slot_holder_.push_back(nullptr);
   }
   open_slot_count_ = open_slot_devices_.size();
-  for (size_t i = open_slot_count_; i > 0; --i) {
+  for (size_t i = open_slot_count_; i > first; --i) {
     free_open_slots_.push_back(static_cast<uint32_t>(i - 1));
   }
-  LogInfo(absl::StrFormat(
-      "served files are opened on their first read, at most %u at once (--max-open-files %u; "
-      "RLIMIT_NOFILE %u less %u descriptors kept for devices, connections and the rest)",
-      open_slot_count_, max_open_files_, limit, kReservedDescriptors));
 }
 
 void Catalog::RequestOpen(FileEntry& entry) const {

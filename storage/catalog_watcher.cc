@@ -628,8 +628,6 @@ absl::Status Catalog::StartWatcher() {
   auto watcher = std::make_unique<Watcher>(*this);
   if (absl::Status started = watcher->Start(); !started.ok()) return started;
   watcher_ = std::move(watcher);
-  std::lock_guard lock(watch_mu_);
-  ReserveOpenSlots();
   return absl::OkStatus();
 }
 

@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<EngineContext>> EngineContext::Create(Catalog& ca
                                                                      const EngineConfig& config,
                                                                      BackendWrapper wrap_backend) {
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
+  catalog.SealDevices();  // the devices this context registers are all there will be
   std::unique_ptr<EngineContext> context(new EngineContext(catalog, config));
   if (absl::Status init = context->Init(wrap_backend); !init.ok()) return init;
   return context;
