@@ -124,11 +124,12 @@ absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
   return AddStaticFile(*std::move(map));
 }
 
-std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why) {
+std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why,
+                                                      bool leased) {
   auto version = std::make_unique<FileVersion>();
   const std::string path = entry.source.display();
   std::string reason = why;
-  if (entry.leased) {
+  if (leased) {
     // Exact: with the lease held no writer can open the file until it is released.
     auto mapped = MapOpenFile(entry.inode_fd, path);
     absl::StatusOr<DeviceId> disk = absl::UnknownError("");
@@ -172,6 +173,7 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
                               entry.name));
         } else if (map.ok()) {
           version->map = std::make_shared<const FileMap>(*std::move(map));
+          version->epoch_domain = epoch_domains_[*disk];
           return version;
         } else {
           reason = std::string(map.status().message());
@@ -179,12 +181,18 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
       }
     }
   }
-  // The file route: the file's own device reads whatever the name names now. Its size follows
-  // the file at each read: a writer may be extending or truncating it right now.
+  return FileRouteVersion(entry, std::move(reason));
+}
+
+std::unique_ptr<const FileVersion> Catalog::FileRouteVersion(const FileEntry& entry,
+                                                             std::string why) const {
+  // The file's own device reads whatever the name names now. Its size follows the file at each
+  // read: a writer may be extending or truncating it right now.
+  auto version = std::make_unique<FileVersion>();
   const Device& device = *devices_[entry.file_device];
   version->map = std::make_shared<const FileMap>(FileMap::FollowingFile(
       entry.name, device.logical_block_size(), entry.file_device, device.fd()));
-  version->route_note = reason;
+  version->route_note = std::move(why);
   return version;
 }
 
@@ -319,11 +327,11 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   return found->size();
 }
 
-const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
+Catalog::Lookup Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
   FileEntry* found = names_.Find(name);
   if (found == nullptr) [[unlikely]] {
     *unavailable = UnknownFileError(name);
-    return nullptr;
+    return {};
   }
   const FileEntry& entry = *found;
   // CLOCK's referenced bit: a load, and a store only when the hand has cleared it.
@@ -332,11 +340,11 @@ const FileMap* Catalog::LookupForRead(absl::string_view name, absl::Status* unav
   }
   const FileVersion* version = entry.current.load(std::memory_order_acquire);
   if (version->map) [[likely]] {
-    return version->map.get();
+    return {version->map.get(), &entry.current, version};
   }
   if (version == &cold_version_) RequestOpen(*found);  // *unavailable stays OK: not open
   *unavailable = version->unavailable;
-  return nullptr;
+  return {};
 }
 
 Catalog::FileEntry* Catalog::Find(absl::string_view name) const {

@@ -25,6 +25,7 @@
 #include "storage/device_identity.h"
 #include "storage/extent_map.h"
 #include "storage/fiemap.h"
+#include "storage/lease_signals.h"
 #include "storage/name_table.h"
 #include "storage/read_epochs.h"
 
@@ -54,16 +55,6 @@ std::string EchoedName(absl::string_view name);
 // that it exists, one the caller may not see).
 absl::Status UnknownFileError(absl::string_view name);
 
-// The signal the kernel sends the catalog's watcher thread when a lease of a served file is
-// broken (F_SETSIG). Directed at that thread only (F_SETOWN_EX), which blocks it and reads it
-// from a signalfd: other threads never see it.
-int LeaseBreakSignal();
-// Blocks the lease-break signal and SIGIO in the calling thread and the threads it starts later.
-// Taking a lease briefly makes the whole process the signal's target, and an unblocked thread
-// would die of it (their default action): call this in main() before any thread starts. The
-// first import also calls it on its own thread.
-void BlockLeaseSignals();
-
 // Whether pending name events concern a name: kUnknown until the watcher has read them.
 enum class NameChange : uint8_t { kNo, kUnknown, kYes };
 
@@ -72,6 +63,9 @@ struct FileVersion {
   FileMapRef map;            // null when the file cannot be served now
   absl::Status unavailable;  // why not, in the client's terms (when map is null)
   std::string route_note;    // why it is read through the file itself, empty otherwise
+  // A raw-device map a lease break can take away: its reads enter this epoch domain (its disk's,
+  // Catalog::epoch_domain()). 0 for maps no break changes.
+  uint8_t epoch_domain = 0;
 };
 
 // How the served files are held, for stats: imported files leased (read from the raw device)
@@ -103,10 +97,11 @@ struct RouteCounts {
 //    read can use them, their leases are dropped and their descriptors let go. A cold file is
 //    never stale: its next read opens what its name names then.
 //  - Every open file has a read lease when it can. Before any open of the file for writing or
-//    truncate returns, the kernel signals the watcher, which publishes a version read through the
-//    file itself (O_DIRECT: the kernel writes dirty pages back first, so it is exact), waits until
-//    raw-device reads of the old version have finished (ReadEpochs), and only then releases the
-//    lease. After the writer closes it (inotify IN_CLOSE_WRITE, or a retry every second), it takes
+//    truncate returns, the kernel signals the lease thread (never the watcher, which may be busy
+//    writing a file back), which publishes a version read through the file itself (O_DIRECT: the
+//    kernel writes dirty pages back first, so it is exact), waits until raw-device reads of the
+//    old version's disk have finished (ReadEpochs domains: not the reads of other disks, a
+//    stalled one included), and only then releases the lease. After the writer closes it (inotify IN_CLOSE_WRITE, or a retry every second), it takes
 //    the lease again first and re-maps the file under it (FIEMAP_FLAG_SYNC).
 //  - inotify on the served directories keeps names current: a name renamed over makes its open
 //    file cold (the next read opens the new one), a name removed answers NOT_FOUND, and a name
@@ -175,7 +170,18 @@ class Catalog {
   // from epochs(). Null with *unavailable set when the name is unknown or cannot be served now.
   // Null with *unavailable OK when the file is not open (cold): the first such read asks the
   // watcher to open it; wait for a RequestCatchUp() ticket and look it up again.
-  const FileMap* LookupForRead(absl::string_view name, absl::Status* unavailable) const;
+  // A raw-device map can be taken from the file by a lease break at any moment: a read of a version
+  // with an epoch_domain enters that domain and checks StillServes() before any I/O; see
+  // storage/read_epochs.h.
+  struct Lookup {
+    const FileMap* map = nullptr;
+    const std::atomic<const FileVersion*>* current = nullptr;  // the name's version, as it changes
+    const FileVersion* version = nullptr;                      // the one `map` belongs to
+  };
+  Lookup LookupForRead(absl::string_view name, absl::Status* unavailable) const;
+  static bool StillServes(const Lookup& found) {
+    return found.current->load(std::memory_order_acquire) == found.version;
+  }
   ReadEpochs& epochs() { return epochs_; }
 
   // The current map of `name`, kept alive by the returned reference, opening the file first if it
@@ -286,16 +292,35 @@ class Catalog {
   // Publishes `version` as what `entry` serves; once reads that may use the old one have
   // finished, returns (the old version is freed then). No wait for an entry no name reaches.
   void Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version);
-  // Builds what `entry` should serve now from its open inode: the raw-device map if it is leased
-  // and FIEMAP can map it, else the file route with `why`.
-  std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why);
+  // Builds what `entry` should serve now from its open inode: the raw-device map if `leased` and
+  // FIEMAP can map it, else the file route with `why`.
+  std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why,
+                                               bool leased);
+  // The file route of open `entry`: reads go through its descriptor. No syscall.
+  std::unique_ptr<const FileVersion> FileRouteVersion(const FileEntry& entry,
+                                                      std::string why) const;
   // The entry serving `name` now, or null (takes versions_mu_).
   FileEntry* Find(absl::string_view name) const;
 
   // Watcher thread (catalog_watcher.cc, catalog_tree.cc). All REQUIRE watch_mu_.
   absl::Status StartWatcher();
+  // Takes `entry`'s lease if it has none, then maps it under the lease and publishes the map (a
+  // writeback; the file route if the lease or the map cannot be had). A break meanwhile wins.
   void TakeLease(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  void OnLeaseBreak(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Publishes `version` unless `entry`'s lease was broken since its count was `breaks` (then
+  // false: the break published the file route, and `version` may be a map the writer changes).
+  bool PublishUnlessBroken(FileEntry& entry, std::unique_ptr<const FileVersion> version,
+                           uint64_t breaks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Releases `entry`'s lease if it holds one.
+  void DropLease(FileEntry& entry);
+  // The versions lease breaks replaced, freed once no read can use them, and their files' leases
+  // queued to be taken again (RetryLeases).
+  void TakeBrokenLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Lease breaks (catalog_lease_breaks.cc), on the lease signal thread: `fds`' files (or, with
+  // `check_all`, every file whose lease is gone) switched to the file route, raw reads of their
+  // disks' domains waited for, their leases released. Takes lease_mu_, never watch_mu_.
+  absl::Status StartLeaseBreaker();
+  void BreakLeases(const absl::flat_hash_set<int>& fds, bool check_all);
   // Looks at what `entry`'s name names now (a stat beneath its root; nothing is opened for
   // reading). Another file than the open one: `entry` is added to `to_close` (made cold: the next
   // read opens what the name names then). Nothing, in a served tree: added to `gone`. Something
@@ -314,8 +339,6 @@ class Catalog {
   // Watches `directory` (a display path) in both inotify instances.
   absl::Status WatchDirectory(const std::string& directory)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // F_SETSIG and F_SETOWN_EX: lease breaks of `fd` signal the watcher thread alone.
-  void AimSignalsAtWatcher(int fd);
 
   // Served trees (catalog_tree.cc).
   // Watches every directory of `tree` below `relative` (the root: empty) and returns its regular
@@ -372,6 +395,10 @@ class Catalog {
   absl::StatusOr<FileMapRef> DescribeCold(absl::string_view name, const BeneathPath& source) const;
 
   std::vector<std::unique_ptr<Device>> devices_;
+  // Per device: the epoch domain of raw reads of it (1..ReadEpochs::kDomains-1 for block
+  // devices, 0 for others).
+  std::vector<uint8_t> epoch_domains_;
+  uint32_t block_devices_ = 0;  // how many were added (they take domains in turn)
   // Per device: up or down, and what its path named when it was (re)opened (CheckDevices).
   struct DeviceState {
     std::atomic<bool> up{true};
@@ -399,7 +426,17 @@ class Catalog {
   mutable std::mutex versions_mu_;
   // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
   std::mutex watch_mu_;
-  absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(watch_mu_);
+  // Leases: which entry holds each open descriptor, the entries' `leased`, `lease_breaks` and
+  // `raw_domain`, and the descriptors themselves (re-pointed or released only under it, so a
+  // break never releases another file's lease). Taken by the lease thread and the watcher
+  // (after watch_mu_, before versions_mu_); held by a break while it waits for raw reads.
+  std::mutex lease_mu_;
+  absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(lease_mu_);
+  std::unique_ptr<LeaseSignalThread> lease_signals_;
+  // What breaks leave for the watcher (TakeBrokenLeases).
+  std::mutex broken_mu_;
+  std::vector<std::unique_ptr<const FileVersion>> broken_versions_ ABSL_GUARDED_BY(broken_mu_);
+  std::vector<FileEntry*> broken_entries_ ABSL_GUARDED_BY(broken_mu_);
   // Ordered, so that the names under a directory that changed are found without a walk of all.
   absl::btree_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
   // The served directories, by watch descriptor, in each inotify instance.

@@ -29,6 +29,10 @@ absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
     state->identity = IdentifyDisk(device->fd(), device->device_number(), device->size(),
                                    device->logical_block_size());
   }
+  epoch_domains_.push_back(
+      device->kind() == DeviceKind::kBlockDevice
+          ? static_cast<uint8_t>(1 + block_devices_++ % (ReadEpochs::kDomains - 1))
+          : 0);
   devices_.push_back(std::move(device));
   device_states_.push_back(std::move(state));
   return static_cast<DeviceId>(devices_.size() - 1);
@@ -105,8 +109,15 @@ void Catalog::CheckDevices() {
       }
       continue;
     }
+    // Down, and let go: a detached loop device or a pulled disk is released only once no one
+    // holds it open, and whatever comes back at its path, under the same device number or not,
+    // is checked before it is served again (above). The workers re-register the placeholder
+    // (their rings hold the file too); reads of a down device are refused before any I/O.
     state.up.store(false, std::memory_order_release);
-    device_events_.fetch_add(1, std::memory_order_acq_rel);
+    PointAtNothing(device.fd());
+    const uint64_t event = device_events_.load(std::memory_order_relaxed) + 1;
+    state.reopened_at.store(event, std::memory_order_release);
+    device_events_.store(event, std::memory_order_release);
     LogWarning(absl::StrFormat(
         "device %s (%s) is down (%s): reads of its files answer UNAVAILABLE; it is reopened "
         "when its path is back as the same disk",

@@ -70,7 +70,12 @@ struct Catalog::FileEntry {
   DeviceId file_device = kNoDevice;
   int inode_fd = -1;  // that device's descriptor
   InodeKey inode{};
-  bool leased = false;
+  // Written under lease_mu_ (by the watcher, and by a break on the lease thread).
+  std::atomic<bool> leased{false};
+  uint64_t lease_breaks = 0;  // breaks so far (PublishUnlessBroken); under lease_mu_
+  // The epoch domain of the last raw map published for the open file (0: none): a break waits
+  // for its reads. Under lease_mu_.
+  uint8_t raw_domain = 0;
   bool cold() const { return slot < 0; }
 };
 

@@ -163,18 +163,22 @@ bool Catalog::OpenIntoSlot(FileEntry& entry) {
   entry.slot = static_cast<int>(slot);
   entry.file_device = open_slot_devices_[slot];
   entry.inode_fd = devices_[entry.file_device]->fd();
-  dup3(*opened, entry.inode_fd, O_CLOEXEC);
+  {
+    std::lock_guard lock(lease_mu_);
+    dup3(*opened, entry.inode_fd, O_CLOEXEC);
+    entry.leased.store(false, std::memory_order_relaxed);
+    entry.raw_domain = 0;
+    lease_signals_->Aim(entry.inode_fd);
+    by_lease_fd_[entry.inode_fd] = &entry;
+  }
   close(*opened);
   open_slot_holder_[slot] = &entry;
   entry.inode = InodeOf(st);
   entry.present = true;
-  entry.leased = false;
-  AimSignalsAtWatcher(entry.inode_fd);
-  by_lease_fd_[entry.inode_fd] = &entry;
   entry.referenced.store(true, std::memory_order_relaxed);
   opens_.fetch_add(1, std::memory_order_relaxed);
   // Read through the file at once (exact); leased and mapped next (a writeback).
-  Publish(entry, VersionOf(entry, "it was opened a moment ago (it is mapped next)"));
+  Publish(entry, FileRouteVersion(entry, "it was opened a moment ago (it is mapped next)"));
   return true;
 }
 
@@ -191,17 +195,20 @@ void Catalog::Evict(const std::vector<FileEntry*>& entries) {
   // Reads that found the open file may still be reading it (raw device under the lease, or its
   // descriptor): only then is the lease dropped and the descriptor let go.
   epochs_.WaitForEarlierReads();
-  for (FileEntry* entry : entries) {
-    if (entry->leased) fcntl(entry->inode_fd, F_SETLEASE, F_UNLCK);
-    ReleaseSlot(*entry);
-  }
+  for (FileEntry* entry : entries) ReleaseSlot(*entry);
   evictions_.fetch_add(entries.size(), std::memory_order_relaxed);
 }
 
 void Catalog::ReleaseSlot(FileEntry& entry) {
   if (entry.cold()) return;
-  by_lease_fd_.erase(entry.inode_fd);
-  PointAtNothing(entry.inode_fd);
+  {
+    std::lock_guard lock(lease_mu_);
+    if (entry.leased.load(std::memory_order_relaxed)) fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+    entry.leased.store(false, std::memory_order_relaxed);
+    entry.raw_domain = 0;
+    by_lease_fd_.erase(entry.inode_fd);
+    PointAtNothing(entry.inode_fd);
+  }
   open_slot_holder_[static_cast<size_t>(entry.slot)] = nullptr;
   free_open_slots_.push_back(static_cast<uint32_t>(entry.slot));
   retry_leases_.erase(&entry);
@@ -209,7 +216,6 @@ void Catalog::ReleaseSlot(FileEntry& entry) {
   entry.file_device = kNoDevice;
   entry.inode_fd = -1;
   entry.inode = {};
-  entry.leased = false;
 }
 
 Catalog::FileEntry* Catalog::NewEntry() {

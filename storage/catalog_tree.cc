@@ -173,7 +173,6 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
   std::vector<std::unique_ptr<const FileVersion>> versions;
   for (FileEntry* entry : gone) {
     entry->reachable = false;
-    if (entry->leased) fcntl(entry->inode_fd, F_SETLEASE, F_UNLCK);
     ReleaseSlot(*entry);
     pending_.erase(entry->source.display());
     {

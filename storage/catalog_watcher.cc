@@ -1,4 +1,4 @@
-// The catalog's watcher thread: lease breaks (a signalfd), name and content changes in the
+// The catalog's watcher thread: name and content changes in the
 // served directories (inotify), and the handlers that keep each served name's version current.
 #include <fcntl.h>
 #include <poll.h>
@@ -7,7 +7,6 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,26 +27,6 @@
 
 namespace blockread::storage {
 
-int LeaseBreakSignal() { return SIGRTMIN + 4; }
-
-namespace {
-
-// The lease-break signal, and SIGIO, which the kernel sends instead when its signal queue is full.
-sigset_t LeaseSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, LeaseBreakSignal());
-  sigaddset(&signals, SIGIO);
-  return signals;
-}
-
-}  // namespace
-
-void BlockLeaseSignals() {
-  const sigset_t signals = LeaseSignals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-}
-
 namespace {
 
 // Why a read lease could not be taken, as the log and StatFile say it.
@@ -64,8 +43,6 @@ std::string LeaseRefusal(int error) {
       return absl::StrCat("no read lease: ", PosixErrorMessage(error, "").substr(2));
   }
 }
-
-// Small files are checked before their raw-device map is served: ext4 has been seen (in
 
 }  // namespace
 
@@ -98,12 +75,11 @@ class Catalog::Watcher {
 
   ~Watcher() {
     Stop();
-    for (int fd : {signal_fd_, names_fd_, contents_fd_, wake_fd_}) {
+    for (int fd : {names_fd_, contents_fd_, wake_fd_}) {
       if (fd >= 0) close(fd);
     }
   }
 
-  pid_t tid() const { return tid_; }
   int names_fd() const { return names_fd_; }
   int contents_fd() const { return contents_fd_; }
 
@@ -147,17 +123,7 @@ class Catalog::Watcher {
   }
 
   void Run(std::promise<absl::Status>& started) {
-    // The lease signal is aimed at this thread only (F_SETOWN_EX); a plain SIGIO replaces it
-    // when the kernel's signal queue overflows. Both are read from the signalfd.
-    BlockLeaseSignals();
     pthread_setname_np(pthread_self(), "blockread-watch");
-    const sigset_t signals = LeaseSignals();
-    signal_fd_ = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
-    tid_ = gettid();
-    if (signal_fd_ < 0) {
-      started.set_value(PosixError(errno, "signalfd (lease breaks of served files)"));
-      return;
-    }
     started.set_value(absl::OkStatus());
 
     absl::Time last_retry = absl::Now();
@@ -172,11 +138,8 @@ class Catalog::Watcher {
           timeout_ms = static_cast<int>(std::clamp<int64_t>(1000 - since, 0, 1000));
         }
       }
-      pollfd fds[4] = {{signal_fd_, POLLIN, 0},
-                       {names_fd_, POLLIN, 0},
-                       {contents_fd_, POLLIN, 0},
-                       {wake_fd_, POLLIN, 0}};
-      const int ready = poll(fds, 4, timeout_ms);
+      pollfd fds[3] = {{names_fd_, POLLIN, 0}, {contents_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      const int ready = poll(fds, 3, timeout_ms);
       if (ready < 0 && errno != EINTR) {
         LogError(PosixErrorMessage(errno, "file watcher: poll"));
         return;
@@ -188,7 +151,7 @@ class Catalog::Watcher {
       std::vector<FileEntry*> to_lease;
       {
         std::lock_guard lock(catalog_.watch_mu_);
-        HandleSignals();
+        catalog_.TakeBrokenLeases();
         HandleInotifyEvents(ticket);
         // Files reads are waiting for: served through the file at once, and those reads go on
         // (the ticket) before the leases and maps, which write the files back.
@@ -214,31 +177,6 @@ class Catalog::Watcher {
         handled_.store(ticket, std::memory_order_release);
       }
       handled_cv_.notify_all();
-    }
-  }
-
-  void HandleSignals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(catalog_.watch_mu_) {
-    signalfd_siginfo info;
-    bool overflow = false;
-    std::vector<FileEntry*> broken;
-    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-      if (static_cast<int>(info.ssi_signo) != LeaseBreakSignal()) {
-        overflow = true;  // SIGIO: the signal queue overflowed; breaks may have been lost
-        continue;
-      }
-      auto it = catalog_.by_lease_fd_.find(static_cast<int>(info.ssi_fd));
-      if (it != catalog_.by_lease_fd_.end()) broken.push_back(it->second);
-    }
-    for (FileEntry* entry : broken) catalog_.OnLeaseBreak(*entry);
-    if (overflow) {
-      LogWarning("file watcher: lease signals overflowed; checking every lease");
-      std::vector<FileEntry*> open;
-      for (const auto& [fd, entry] : catalog_.by_lease_fd_) open.push_back(entry);
-      for (FileEntry* entry : open) {
-        if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) {
-          catalog_.OnLeaseBreak(*entry);
-        }
-      }
     }
   }
 
@@ -309,12 +247,7 @@ class Catalog::Watcher {
       // (take the lease and map it again), or still at work (the file route's size is brought up
       // to date). Leased: nothing should have changed it; map it again under the lease all the
       // same.
-      if (!entry->present || entry->cold()) continue;
-      if (entry->leased) {
-        catalog_.Publish(*entry, catalog_.VersionOf(*entry, ""));
-      } else {
-        catalog_.TakeLease(*entry);
-      }
+      if (entry->present && !entry->cold()) catalog_.TakeLease(*entry);
     }
     // New files whose writer closed them: served now (their names appear; no read waits).
     std::vector<FileEntry*> closed;
@@ -396,11 +329,9 @@ class Catalog::Watcher {
   }
 
   Catalog& catalog_;
-  int signal_fd_ = -1;
   int names_fd_ = -1;     // kNameWatch on every served directory; workers poll it too
   int contents_fd_ = -1;  // kContentWatch on every served directory
   int wake_fd_ = -1;
-  pid_t tid_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   // Tickets: requested_ counts RequestCatchUp() calls; handled_ is the last one whose changes
@@ -423,6 +354,7 @@ Catalog::Catalog() : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(a
 Catalog::~Catalog() {
   // Stopped before watcher_ is reset: its handlers use watcher_ until the thread exits. No handler
   // runs after this; the devices close their descriptors.
+  lease_signals_.reset();  // its breaks wake the watcher
   if (watcher_) watcher_->Stop();
   watcher_.reset();
 }
@@ -431,50 +363,89 @@ void Catalog::TakeLease(FileEntry& entry) {
   if (!entry.present || entry.cold()) return;  // nothing open: the next read opens it
   std::string refusal;
   int lease_error = 0;
-  if (!entry.leased) {
-    if (fcntl(entry.inode_fd, F_SETLEASE, F_RDLCK) == 0) {
-      entry.leased = true;
-      // Taking a lease makes the whole process the descriptor's signal owner again: aim the
-      // break signal back at the watcher thread. (In between, it would be process-directed:
-      // BlockLeaseSignals keeps other threads from taking it.)
-      AimSignalsAtWatcher(entry.inode_fd);
-    } else {
-      lease_error = errno;
-      refusal = LeaseRefusal(lease_error);
+  bool leased;
+  uint64_t breaks;
+  {
+    std::lock_guard lock(lease_mu_);
+    if (!entry.leased.load(std::memory_order_relaxed)) {
+      if (fcntl(entry.inode_fd, F_SETLEASE, F_RDLCK) == 0) {
+        entry.leased.store(true, std::memory_order_relaxed);
+        // Taking a lease makes the whole process the descriptor's signal owner again: aim the
+        // break signal back at the lease thread. (In between, it would be process-directed:
+        // BlockLeaseSignals keeps other threads from taking it.)
+        lease_signals_->Aim(entry.inode_fd);
+      } else {
+        lease_error = errno;
+        refusal = LeaseRefusal(lease_error);
+      }
     }
+    leased = entry.leased.load(std::memory_order_relaxed);
+    breaks = entry.lease_breaks;
   }
-  // The lease first, then the map under it: mapping first would let a writer in unseen.
+  // The lease first, then the map under it (a writeback, and for small files a read back):
+  // mapping first would let a writer in unseen. A break meanwhile wins (PublishUnlessBroken).
   if (lease_error == EAGAIN) {
     retry_leases_.insert(&entry);
   } else {
     retry_leases_.erase(&entry);
   }
-  Publish(entry, VersionOf(entry, refusal));
-  const FileVersion& now = *entry.owned;
-  if (entry.leased && (!now.map || now.map->source() != FileSource::kFiemap)) {
+  std::unique_ptr<const FileVersion> version = VersionOf(entry, refusal, leased);
+  const FileVersion* now = version.get();  // freed only by this thread (the watcher)
+  if (!PublishUnlessBroken(entry, std::move(version), breaks)) {
+    retry_leases_.insert(&entry);
+    return;
+  }
+  if (leased && (!now->map || now->map->source() != FileSource::kFiemap)) {
     // Read through the file for a reason the lease does not change (btrfs, inline data):
     // release it so writers do not wait on it for nothing.
-    fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
-    entry.leased = false;
-    if (now.route_note == kMapNotYetValid) retry_leases_.insert(&entry);  // map it again soon
+    DropLease(entry);
+    if (now->route_note == kMapNotYetValid) retry_leases_.insert(&entry);  // map it again soon
   }
-  if (!now.route_note.empty() && now.route_note != kMapNotYetValid &&
-      told_routes_.size() < kMaxToldRoutes && told_routes_.insert(now.route_note).second) {
+  if (!now->route_note.empty() && now->route_note != kMapNotYetValid &&
+      told_routes_.size() < kMaxToldRoutes && told_routes_.insert(now->route_note).second) {
     LogInfo(
         absl::StrFormat("file %s (%s) is read through the file itself: %s (said once for "
                         "each reason)",
-                        entry.name, entry.source.display(), now.route_note));
+                        entry.name, entry.source.display(), now->route_note));
   }
 }
 
-void Catalog::OnLeaseBreak(FileEntry& entry) {
-  if (!entry.leased) return;  // an old signal: already handled
-  entry.leased = false;
-  // New reads go through the file (exact); once raw-device reads of the old map are done, the
-  // writer may proceed.
-  Publish(entry, VersionOf(entry, "it is being written (the lease was broken by a writer)"));
-  fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
-  retry_leases_.insert(&entry);
+bool Catalog::PublishUnlessBroken(FileEntry& entry, std::unique_ptr<const FileVersion> version,
+                                  uint64_t breaks) {
+  std::unique_ptr<const FileVersion> old;
+  {
+    std::lock_guard lock(lease_mu_);
+    if (entry.lease_breaks != breaks) return false;  // a writer came: the file route stays
+    if (version->epoch_domain != 0) entry.raw_domain = version->epoch_domain;
+    std::lock_guard versions_lock(versions_mu_);
+    old = std::move(entry.owned);
+    entry.owned = std::move(version);
+    entry.current.store(entry.owned.get(), std::memory_order_release);
+  }
+  if (old && entry.reachable) epochs_.WaitForEarlierReads();
+  return true;
+}
+
+void Catalog::DropLease(FileEntry& entry) {
+  std::lock_guard lock(lease_mu_);
+  if (entry.leased.load(std::memory_order_relaxed)) {
+    fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
+    entry.leased.store(false, std::memory_order_relaxed);
+  }
+}
+
+void Catalog::TakeBrokenLeases() {
+  std::vector<std::unique_ptr<const FileVersion>> versions;
+  std::vector<FileEntry*> entries;
+  {
+    std::lock_guard lock(broken_mu_);
+    versions.swap(broken_versions_);
+    entries.swap(broken_entries_);
+  }
+  if (!versions.empty()) epochs_.WaitForEarlierReads();  // then `versions` may go
+  for (FileEntry* entry : entries) {
+    if (!entry->cold()) retry_leases_.insert(entry);
+  }
 }
 
 void PointAtNothing(int fd) {
@@ -531,7 +502,6 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
   auto version = std::make_unique<FileVersion>();
   version->unavailable = problem;
   Publish(entry, std::move(version));  // waits for reads of the old file
-  if (entry.leased) fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
   ReleaseSlot(entry);
   LogInfo(absl::StrCat("file ", entry.name, ": ", problem.message()));
 }
@@ -540,16 +510,13 @@ void Catalog::Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>&
   std::vector<FileEntry*> served;
   served.reserve(by_display_path_.size());
   for (const auto& [path, entry] : by_display_path_) served.push_back(entry);
-  for (FileEntry* entry : served) {
-    Rebind(*entry, to_close, gone);
-    if (entry->leased && fcntl(entry->inode_fd, F_GETLEASE) != F_RDLCK) OnLeaseBreak(*entry);
-  }
+  for (FileEntry* entry : served) Rebind(*entry, to_close, gone);
 }
 
 void Catalog::RetryLeases() {
   const std::vector<FileEntry*> retry(retry_leases_.begin(), retry_leases_.end());
   for (FileEntry* entry : retry) {
-    if (!entry->leased && entry->present && !entry->cold()) {
+    if (!entry->leased.load(std::memory_order_relaxed) && entry->present && !entry->cold()) {
       TakeLease(*entry);
     } else {
       retry_leases_.erase(entry);
@@ -561,12 +528,6 @@ void Catalog::RetryLeases() {
   std::vector<FileEntry*> added;
   for (const auto& [tree, relative] : waiting) AddNewFile(*tree, relative, added);
   ChangeNames(added, {});
-}
-
-void Catalog::AimSignalsAtWatcher(int fd) {
-  f_owner_ex owner = {F_OWNER_TID, watcher_->tid()};
-  fcntl(fd, F_SETSIG, LeaseBreakSignal());
-  fcntl(fd, F_SETOWN_EX, &owner);
 }
 
 void Catalog::DropStaleWatches(const std::vector<std::string>& directories) {
@@ -628,6 +589,7 @@ absl::Status Catalog::StartWatcher() {
   auto watcher = std::make_unique<Watcher>(*this);
   if (absl::Status started = watcher->Start(); !started.ok()) return started;
   watcher_ = std::move(watcher);
+  if (absl::Status started = StartLeaseBreaker(); !started.ok()) return started;
   return absl::OkStatus();
 }
 

@@ -9,7 +9,8 @@ namespace blockread::storage {
 
 bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
                                  DeviceId device, const ReadRequest& request, ReadDoneFn done,
-                                 void* context, uint64_t start_ns, uint8_t epoch_parity) {
+                                 void* context, uint64_t start_ns,
+                                 const ReadEpochs::Hold& epoch_hold) {
   if (free_generic_.empty()) return false;
   ReadSlot& slot = *free_generic_.back();
   free_generic_.pop_back();
@@ -20,7 +21,7 @@ bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReas
   slot.context = context;
   slot.arrival_ns = request.arrival_ns;
   slot.start_ns = start_ns;
-  slot.epoch_parity = epoch_parity;
+  slot.epoch_hold = epoch_hold;
   slot.fallback = reason;
   slot.error = 0;
   slot.short_read = false;

@@ -100,7 +100,7 @@ void EngineContext::Deliver(ReadSlot& slot, uint64_t now_ns) {
   path.total_ns.Record(result.total_ns);
   --reads_in_flight_;
   // The bytes are in the buffer: the file's version may be retired now.
-  epoch_reader_->Exit(slot.epoch_parity);
+  epoch_reader_->Exit(slot.epoch_hold);
   slot.retained = slot.done(slot.context, result);
   if (!slot.retained) FreeSlot(slot);
 }

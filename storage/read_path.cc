@@ -251,11 +251,11 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
     OnDeviceEvents();
   }
-  const uint8_t epoch_parity = epoch_reader_->Enter();
+  ReadEpochs::Hold hold = epoch_reader_->Enter();
   absl::Status unavailable;
-  const FileMap* map = catalog_.LookupForRead(request.file, &unavailable);
-  if (map == nullptr) [[unlikely]] {
-    epoch_reader_->Exit(epoch_parity);
+  Catalog::Lookup found = catalog_.LookupForRead(request.file, &unavailable);
+  if (found.map == nullptr) [[unlikely]] {
+    epoch_reader_->Exit(hold);
     if (unavailable.ok()) {
       // Not open: the lookup asked the watcher to open it; wake it once per wait.
       if (open_ticket_ == 0) open_ticket_ = catalog_.RequestCatchUp();
@@ -263,20 +263,30 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     }
     return unavailable;
   }
+  const FileMap* map = found.map;
   const uint64_t size = map->SizeNow();
   absl::StatusOr<PathDecision> decision =
       DecideReadPath(*map, size, request.offset, request.length, config_.simple_max_bytes);
   if (!decision.ok()) [[unlikely]] {
-    epoch_reader_->Exit(epoch_parity);
+    epoch_reader_->Exit(hold);
     return decision.status();
   }
   // The device of the read's first byte stands for the read (a generic read may span devices).
   const DeviceId device = decision->path == ReadPathKind::kSimple ? decision->extent.device
                           : request.offset < size ? map->Lookup(request.offset).device
                                                   : kNoDevice;
+  if (found.version->epoch_domain != 0) {
+    // A lease break may take this map from the file now: counted where the break looks, then
+    // checked that it has not (storage/read_epochs.h). If it has, the read looks again.
+    epoch_reader_->EnterDomain(hold, found.version->epoch_domain);
+    if (!Catalog::StillServes(found)) [[unlikely]] {
+      epoch_reader_->Exit(hold);
+      return Dispatch(request, done, context, start_ns, outcome);
+    }
+  }
   if (request.deadline_ns != 0 || any_device_down_) [[unlikely]] {
     if (absl::Status refused = RefuseBeforeIo(device, request, start_ns); !refused.ok()) {
-      epoch_reader_->Exit(epoch_parity);
+      epoch_reader_->Exit(hold);
       return refused;
     }
   }
@@ -284,14 +294,14 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   if (DeviceHoldsItsShare(decision->path, device)) [[unlikely]] {
     *outcome = StartOutcome::kDeviceBusy;
   } else if (decision->path == ReadPathKind::kSimple) {
-    started = StartSimple(decision->extent, request, done, context, start_ns, epoch_parity);
+    started = StartSimple(decision->extent, request, done, context, start_ns, hold);
   } else {
     started = StartGeneric(*map, size, decision->fallback, device, request, done, context, start_ns,
-                           epoch_parity);
+                           hold);
   }
   if (!started) {
     if (*outcome == StartOutcome::kQueued) *outcome = StartOutcome::kBusy;
-    epoch_reader_->Exit(epoch_parity);
+    epoch_reader_->Exit(hold);
   }
   return absl::OkStatus();
 }
@@ -346,6 +356,10 @@ absl::Status EngineContext::RefuseBeforeIo(DeviceId device, const ReadRequest& r
 int EngineContext::PollOnce() {
   if (open_ticket_ != 0 && catalog_.HasOpened(open_ticket_)) [[unlikely]] {
     open_ticket_ = 0;  // the reads that found their files cold are tried again now
+  }
+  // Also when no read comes: a device that went down is let go by this ring too.
+  if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
+    OnDeviceEvents();
   }
   for (const auto& backend : backends_) {
     if (backend->inflight() > 0) backend->Submit();

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "storage/io_backend.h"
+#include "storage/read_epochs.h"
 #include "storage/read_path.h"
 
 namespace blockread::storage {
@@ -27,9 +28,9 @@ struct alignas(64) ReadSlot {
   ReadPathKind path = ReadPathKind::kSimple;
   FallbackReason fallback = FallbackReason::kDisabled;
   bool retained = false;
-  // The parity its catalog epoch reader entered with (ReadEpochs::Reader::Enter): the read exits
-  // when it is delivered.
-  uint8_t epoch_parity = 0;
+  // What its catalog epoch reader entered with (ReadEpochs::Reader::Enter): the read exits when
+  // it is delivered.
+  ReadEpochs::Hold epoch_hold;
   // First error wins: errno of the first failed I/O (or EIO for a short read), and where.
   int error = 0;
   bool short_read = false;

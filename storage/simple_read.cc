@@ -7,7 +7,8 @@
 namespace blockread::storage {
 
 bool EngineContext::StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done,
-                                void* context, uint64_t start_ns, uint8_t epoch_parity) {
+                                void* context, uint64_t start_ns,
+                                const ReadEpochs::Hold& epoch_hold) {
   if (free_simple_.empty()) return false;
   ReadSlot& slot = *free_simple_.back();
   free_simple_.pop_back();
@@ -17,7 +18,7 @@ bool EngineContext::StartSimple(const Extent& extent, const ReadRequest& request
   slot.context = context;
   slot.arrival_ns = request.arrival_ns;
   slot.start_ns = start_ns;
-  slot.epoch_parity = epoch_parity;
+  slot.epoch_hold = epoch_hold;
   slot.data = slot.buffer;
   slot.data_length = request.length;
   slot.pending_pieces = 1;

@@ -9,6 +9,8 @@
 // meanwhile. EIO on a share of one device's reads: those fail DATA_LOSS naming the file and offset,
 // every other read goes on, the device's error counter moves, and once the errors stop it serves
 // again.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/blockread_client.h"
 #include "gtest/gtest.h"
@@ -404,6 +407,97 @@ TEST_F(DeviceFaultTest, ADeviceThatGoesAwayIsUnavailableAndServedAgainWhenItCome
   client_.reset();
   EXPECT_EQ(server_->Stop(), 0) << server_->Log();
   server_.reset();
+}
+
+// A lease break waits only for raw reads of its own file's disk. A raw read of a file on a disk
+// that stalls (nbdkit paused) is in flight; a writer opens a served file on a healthy disk beside
+// it: its open() returns at once, not when the stall ends (nor after the kernel's
+// lease-break-time), and reads of that file see the writer's bytes, never the old ones.
+TEST_F(DeviceFaultTest, ALeaseBreakDoesNotWaitForAStalledDeviceBeside) {
+  // The stalling disk: ext4 made from a directory (mkfs -d), behind nbdkit, mounted read-only.
+  const std::string source = dir_.path() + "/stalled-src";
+  ASSERT_EQ(mkdir(source.c_str(), 0755), 0);
+  const std::vector<char> stalled_bytes = RandomBytes(1 << 20, 3);
+  ASSERT_TRUE(WriteAt(source + "/stalled.bin", 0, stalled_bytes, /*sync=*/false).ok());
+  const std::string image = dir_.path() + "/stalled-fs.img";
+  auto made = RunCommand(absl::StrCat("truncate -s ", kImageBytes, " ", image,
+                                      " && mkfs.ext4 -q -F -b 4096 -d ", source, " ", image));
+  ASSERT_TRUE(made.ok()) << made.status();
+  NbdDevice::Options options;
+  options.image = image;
+  options.pausable = true;
+  NbdDevice* stalling = AddDevice(options);
+  ASSERT_NE(stalling, nullptr);
+  const std::string stalled_root = dir_.path() + "/stalled-mnt";
+  ASSERT_EQ(mkdir(stalled_root.c_str(), 0755), 0);
+  auto mounted =
+      RunCommand(absl::StrCat("mount -o ro -t ext4 ", stalling->path(), " ", stalled_root));
+  ASSERT_TRUE(mounted.ok()) << mounted.status();
+  // Lazily: the server may still hold its files until TearDown stops it.
+  absl::Cleanup unmount = [&] { (void)RunCommand("umount -l " + stalled_root); };
+
+  auto healthy = MakeLoopFilesystem(FsType::kExt4, dir_.path(), 64 << 20);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  const std::string written = (*healthy)->root() + "/healthy.bin";
+  const std::vector<char> old_bytes = RandomBytes(1 << 20, 4);
+  ASSERT_TRUE(WriteAt(written, 0, old_bytes, /*sync=*/true).ok());
+
+  auto server = ServerProcess::Start(
+      {"--serve_files=" + stalled_root + "," + (*healthy)->root(), "--metrics_listen="},
+      dir_.path() + "/server.log");
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  client_ = BlockReadClient::Connect(server_->target());
+  // Both opened, leased and mapped: read from their raw disks.
+  for (const std::string name : {"stalled.bin", "healthy.bin"}) {
+    ASSERT_TRUE(client_->Read(name, 0, 4096).ok()) << name;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (client_->Stat(name).value_or(v1::FileInfo()).source() != v1::FIEMAP &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(client_->Stat(name).value_or(v1::FileInfo()).source(), v1::FIEMAP) << name;
+  }
+
+  ASSERT_TRUE(stalling->Pause().ok());
+  std::atomic<bool> stalled_read_done{false};
+  absl::StatusOr<v1::ReadBlockResponse> stalled_read;
+  std::thread reader([&] {
+    auto other = BlockReadClient::Connect(server_->target());
+    stalled_read =
+        other->Read("stalled.bin", 64 << 10, 4096, WithDeadline(std::chrono::seconds(120)));
+    stalled_read_done = true;
+  });
+  absl::Cleanup resume_and_join = [&] {
+    (void)stalling->Resume();
+    reader.join();
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_FALSE(stalled_read_done.load()) << "the paused device answered the read";
+
+  const auto start = Clock::now();
+  const int fd = open(written.c_str(), O_WRONLY | O_CLOEXEC);  // breaks the server's lease
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_GE(fd, 0);
+  EXPECT_FALSE(stalled_read_done.load())
+      << "the writer's open() returned only once the stalled read had finished";
+  EXPECT_LT(waited, 10.0) << "the writer waited for lease-break-time, not for the server";
+  std::printf("device_fault: writer's open() beside a stalled raw read took %.1f ms\n",
+              waited * 1000);
+  const std::vector<char> new_bytes = RandomBytes(64 << 10, 5);
+  ASSERT_EQ(pwrite(fd, new_bytes.data(), new_bytes.size(), 0),
+            static_cast<ssize_t>(new_bytes.size()));
+  auto read = client_->Read("healthy.bin", 0, 64 << 10);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->data(), std::string(new_bytes.begin(), new_bytes.end()))
+      << "a read of the written file returned old bytes";
+  close(fd);
+  EXPECT_FALSE(stalled_read_done.load());
+
+  std::move(resume_and_join).Invoke();
+  ASSERT_TRUE(stalled_read.ok()) << stalled_read.status();
+  EXPECT_EQ(stalled_read->data(),
+            std::string(stalled_bytes.begin() + (64 << 10), stalled_bytes.begin() + (68 << 10)));
 }
 
 }  // namespace
