@@ -101,8 +101,9 @@ struct RouteCounts {
 //    writing a file back), which publishes a version read through the file itself (O_DIRECT: the
 //    kernel writes dirty pages back first, so it is exact), waits until raw-device reads of the
 //    old version's disk have finished (ReadEpochs domains: not the reads of other disks, a
-//    stalled one included), and only then releases the lease. After the writer closes it (inotify IN_CLOSE_WRITE, or a retry every second), it takes
-//    the lease again first and re-maps the file under it (FIEMAP_FLAG_SYNC).
+//    stalled one included), and only then releases the lease. After the writer closes it (inotify
+//    IN_CLOSE_WRITE, or a retry every second), it takes the lease again first and re-maps the file
+//    under it (FIEMAP_FLAG_SYNC).
 //  - inotify on the served directories keeps names current: a name renamed over makes its open
 //    file cold (the next read opens the new one), a name removed answers NOT_FOUND, and a name
 //    that now names a symlink, a FIFO or a directory is refused. The old inode stays open until
@@ -330,11 +331,12 @@ class Catalog {
   // Every served name looked at again (Rebind), every tree walked again.
   void Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
-  // Leases refused or broken by a writer taken again, and new files whose writer held them open
-  // looked at again. The watcher runs it at least once a second while there are any.
+  // Leases refused or broken by a writer taken again, new files whose writer held them open
+  // looked at again, and directories no watch could be had for tried again. The watcher runs it at
+  // least once a second while there are any.
   void RetryLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   bool HasRetries() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
-    return !retry_leases_.empty() || !pending_.empty();
+    return !retry_leases_.empty() || !pending_.empty() || !unwatched_.empty();
   }
   // Watches `directory` (a display path) in both inotify instances.
   absl::Status WatchDirectory(const std::string& directory)
@@ -363,6 +365,12 @@ class Catalog {
   // `just_closed`: its writer closed it a moment ago (IN_CLOSE_WRITE).
   void AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
                   bool just_closed = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // A directory of a tree that could not be watched (out of inotify watches): its files are not
+  // served until it can be; said once.
+  void NoteUnwatched(const std::string& directory, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Tries those directories again (RetryLeases), naming their files once they are watched.
+  void WatchUnwatched(std::vector<FileEntry*>& added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Walks every tree again, adding the files not served yet.
   void SyncTrees(std::vector<FileEntry*>& added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Publishes a name table with `added` and without `gone`; once no read can use the old one,
@@ -473,6 +481,8 @@ class Catalog {
   // Reasons for reading files through themselves already logged (once each, a few at most).
   static constexpr size_t kMaxToldRoutes = 64;
   absl::flat_hash_set<std::string> told_routes_ ABSL_GUARDED_BY(watch_mu_);
+  // Display paths of tree directories no watch could be had for (NoteUnwatched).
+  absl::flat_hash_set<std::string> unwatched_ ABSL_GUARDED_BY(watch_mu_);
   // New files a writer still held open: display path -> their tree and relative path.
   absl::flat_hash_map<std::string, std::pair<Tree*, std::string>> pending_
       ABSL_GUARDED_BY(watch_mu_);

@@ -41,8 +41,15 @@ absl::StatusOr<std::vector<std::string>> Catalog::WalkTree(Tree& tree,
       if (type_error) continue;
       std::string relative = it->path().lexically_relative(root).generic_string();
       if (fs::is_directory(status)) {
-        absl::Status watched = WatchDirectory(tree.DisplayOf(relative));
-        if (absl::IsResourceExhausted(watched)) return watched;  // gone meanwhile: walked again
+        const std::string display = tree.DisplayOf(relative);
+        absl::Status watched = WatchDirectory(display);
+        if (absl::IsResourceExhausted(watched)) {
+          // Out of inotify watches: changes in it could not be seen, so its files are not served
+          // (rather than served stale) until a watch can be had (RetryLeases looks each second).
+          it.disable_recursion_pending();
+          NoteUnwatched(display, watched);
+        }
+        // Any other error: gone meanwhile; its events make the watcher walk again.
       } else if (fs::is_regular_file(status)) {
         files.push_back(std::move(relative));
       }
@@ -90,11 +97,37 @@ void Catalog::ChangeDirectory(const std::string& directory, std::vector<FileEntr
   }
   auto files = WalkTree(*tree, relative);
   if (!files.ok()) {
-    LogWarning(absl::StrCat("file watcher: ", files.status().message(),
-                            "; files created there may not be served"));
+    if (absl::IsResourceExhausted(files.status())) {
+      NoteUnwatched(directory, files.status());
+    } else {
+      LogWarning(absl::StrCat("file watcher: ", files.status().message(),
+                              "; files created there may not be served"));
+    }
     return;
   }
+  unwatched_.erase(directory);
   for (const std::string& file : *files) AddNewFile(*tree, file, added);
+}
+
+void Catalog::NoteUnwatched(const std::string& directory, const absl::Status& why) {
+  if (unwatched_.insert(directory).second && unwatched_.size() == 1) {
+    LogWarning(absl::StrCat(why.message(),
+                            "; the files below it (and below any other directory that cannot be "
+                            "watched) are not served until it can be (looked at every second)"));
+  }
+}
+
+void Catalog::WatchUnwatched(std::vector<FileEntry*>& added) {
+  const std::vector<std::string> directories(unwatched_.begin(), unwatched_.end());
+  std::vector<FileEntry*> to_close, gone;
+  for (const std::string& directory : directories) {
+    unwatched_.erase(directory);
+    ChangeDirectory(directory, to_close, gone, added);  // back in unwatched_ if still short
+    if (unwatched_.contains(directory)) break;          // no watch to be had: the rest wait too
+  }
+  if (unwatched_.empty() && !directories.empty()) {
+    LogInfo("every directory of the served trees is watched again: all their files are served");
+  }
 }
 
 void Catalog::SyncTrees(std::vector<FileEntry*>& added) {

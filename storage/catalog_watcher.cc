@@ -527,6 +527,7 @@ void Catalog::RetryLeases() {
   for (const auto& [path, file] : pending_) waiting.push_back(file);
   std::vector<FileEntry*> added;
   for (const auto& [tree, relative] : waiting) AddNewFile(*tree, relative, added);
+  WatchUnwatched(added);
   ChangeNames(added, {});
 }
 

@@ -105,7 +105,8 @@ TEST(ServerConfigTest, HelpStatesTheDefaultsTheServerUses) {
 // server_config.proto states no default value: a number there would be a second definition that
 // can drift from the code (the header says where to find them).
 TEST(ServerConfigTest, TheProtoLeavesDefaultsToHelp) {
-  std::ifstream proto(absl::StrCat(BLOCKREAD_SOURCE_DIR, "/proto/blockread/v1/server_config.proto"));
+  std::ifstream proto(
+      absl::StrCat(BLOCKREAD_SOURCE_DIR, "/proto/blockread/v1/server_config.proto"));
   ASSERT_TRUE(proto.good());
   bool in_message = false;
   int line_number = 0;
