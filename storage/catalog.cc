@@ -174,6 +174,7 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
         } else if (map.ok()) {
           version->map = std::make_shared<const FileMap>(*std::move(map));
           version->epoch_domain = epoch_domains_[*disk];
+          version->served_now = &entry.current;
           return version;
         } else {
           reason = std::string(map.status().message());
@@ -327,11 +328,11 @@ absl::StatusOr<size_t> Catalog::ImportTree(const std::string& path) {
   return found->size();
 }
 
-Catalog::Lookup Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
+const FileVersion* Catalog::LookupForRead(absl::string_view name, absl::Status* unavailable) const {
   FileEntry* found = names_.Find(name);
   if (found == nullptr) [[unlikely]] {
     *unavailable = UnknownFileError(name);
-    return {};
+    return nullptr;
   }
   const FileEntry& entry = *found;
   // CLOCK's referenced bit: a load, and a store only when the hand has cleared it.
@@ -340,11 +341,11 @@ Catalog::Lookup Catalog::LookupForRead(absl::string_view name, absl::Status* una
   }
   const FileVersion* version = entry.current.load(std::memory_order_acquire);
   if (version->map) [[likely]] {
-    return {version->map.get(), &entry.current, version};
+    return version;
   }
   if (version == &cold_version_) RequestOpen(*found);  // *unavailable stays OK: not open
   *unavailable = version->unavailable;
-  return {};
+  return nullptr;
 }
 
 Catalog::FileEntry* Catalog::Find(absl::string_view name) const {

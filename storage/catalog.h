@@ -63,9 +63,12 @@ struct FileVersion {
   FileMapRef map;            // null when the file cannot be served now
   absl::Status unavailable;  // why not, in the client's terms (when map is null)
   std::string route_note;    // why it is read through the file itself, empty otherwise
-  // A raw-device map a lease break can take away: its reads enter this epoch domain (its disk's,
-  // Catalog::epoch_domain()). 0 for maps no break changes.
+  // A raw-device map a lease break can take away: its reads enter this epoch domain (its disk's)
+  // and check that the name still serves this version (Catalog::StillServes). 0 for maps no
+  // break changes.
   uint8_t epoch_domain = 0;
+  // What the name it was made for serves now (its entry's current version).
+  const std::atomic<const FileVersion*>* served_now = nullptr;
 };
 
 // How the served files are held, for stats: imported files leased (read from the raw device)
@@ -173,15 +176,10 @@ class Catalog {
   // watcher to open it; wait for a RequestCatchUp() ticket and look it up again.
   // A raw-device map can be taken from the file by a lease break at any moment: a read of a version
   // with an epoch_domain enters that domain and checks StillServes() before any I/O; see
-  // storage/read_epochs.h.
-  struct Lookup {
-    const FileMap* map = nullptr;
-    const std::atomic<const FileVersion*>* current = nullptr;  // the name's version, as it changes
-    const FileVersion* version = nullptr;                      // the one `map` belongs to
-  };
-  Lookup LookupForRead(absl::string_view name, absl::Status* unavailable) const;
-  static bool StillServes(const Lookup& found) {
-    return found.current->load(std::memory_order_acquire) == found.version;
+  // storage/read_epochs.h. Returns the version found (its map is not null), or null.
+  const FileVersion* LookupForRead(absl::string_view name, absl::Status* unavailable) const;
+  static bool StillServes(const FileVersion* version) {
+    return version->served_now->load(std::memory_order_acquire) == version;
   }
   ReadEpochs& epochs() { return epochs_; }
 

@@ -9,8 +9,7 @@ namespace blockread::storage {
 
 bool EngineContext::StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason,
                                  DeviceId device, const ReadRequest& request, ReadDoneFn done,
-                                 void* context, uint64_t start_ns,
-                                 const ReadEpochs::Hold& epoch_hold) {
+                                 void* context, uint64_t start_ns, ReadEpochs::Hold epoch_hold) {
   if (free_generic_.empty()) return false;
   ReadSlot& slot = *free_generic_.back();
   free_generic_.pop_back();

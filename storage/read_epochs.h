@@ -72,7 +72,7 @@ class ReadEpochs {
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
     // When that read has finished (delivered, or refused before any I/O).
-    void Exit(const Hold& hold) {
+    void Exit(Hold hold) {
       if (hold.domain != 0) {
         domains_[hold.domain][hold.domain_parity].store(
             domains_[hold.domain][hold.domain_parity].load(std::memory_order_relaxed) - 1,

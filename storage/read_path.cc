@@ -253,8 +253,8 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   }
   ReadEpochs::Hold hold = epoch_reader_->Enter();
   absl::Status unavailable;
-  Catalog::Lookup found = catalog_.LookupForRead(request.file, &unavailable);
-  if (found.map == nullptr) [[unlikely]] {
+  const FileVersion* found = catalog_.LookupForRead(request.file, &unavailable);
+  if (found == nullptr) [[unlikely]] {
     epoch_reader_->Exit(hold);
     if (unavailable.ok()) {
       // Not open: the lookup asked the watcher to open it; wake it once per wait.
@@ -263,7 +263,7 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
     }
     return unavailable;
   }
-  const FileMap* map = found.map;
+  const FileMap* map = found->map.get();
   const uint64_t size = map->SizeNow();
   absl::StatusOr<PathDecision> decision =
       DecideReadPath(*map, size, request.offset, request.length, config_.simple_max_bytes);
@@ -275,10 +275,10 @@ absl::Status EngineContext::Dispatch(const ReadRequest& request, ReadDoneFn done
   const DeviceId device = decision->path == ReadPathKind::kSimple ? decision->extent.device
                           : request.offset < size ? map->Lookup(request.offset).device
                                                   : kNoDevice;
-  if (found.version->epoch_domain != 0) {
+  if (found->epoch_domain != 0) {
     // A lease break may take this map from the file now: counted where the break looks, then
     // checked that it has not (storage/read_epochs.h). If it has, the read looks again.
-    epoch_reader_->EnterDomain(hold, found.version->epoch_domain);
+    epoch_reader_->EnterDomain(hold, found->epoch_domain);
     if (!Catalog::StillServes(found)) [[unlikely]] {
       epoch_reader_->Exit(hold);
       return Dispatch(request, done, context, start_ns, outcome);
@@ -357,17 +357,19 @@ int EngineContext::PollOnce() {
   if (open_ticket_ != 0 && catalog_.HasOpened(open_ticket_)) [[unlikely]] {
     open_ticket_ = 0;  // the reads that found their files cold are tried again now
   }
-  // Also when no read comes: a device that went down is let go by this ring too.
-  if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
-    OnDeviceEvents();
-  }
   for (const auto& backend : backends_) {
     if (backend->inflight() > 0) backend->Submit();
   }
   for (const auto& backend : backends_) {
     if (backend->inflight() > 0) backend->Reap(&OnPieceDone, this);
   }
-  if (ready_.empty()) return 0;
+  if (ready_.empty()) {
+    // Also when no read comes: a device that went down is let go by this ring too.
+    if (catalog_.device_events() != device_events_seen_) [[unlikely]] {
+      OnDeviceEvents();
+    }
+    return 0;
+  }
   const uint64_t now = MonotonicNowNs();
   // Callbacks may start reads that land in ready_ (reads with no I/O): deliver those next turn.
   const size_t count = ready_.size();

@@ -207,10 +207,10 @@ class EngineContext {
   // simple_read.cc / generic_read.cc: fill a slot and queue its pieces. False: no slot free.
   // REQUIRES: request.arrival_ns is set (StartRead fills it in).
   bool StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done, void* context,
-                   uint64_t start_ns, const ReadEpochs::Hold& epoch_hold);
+                   uint64_t start_ns, ReadEpochs::Hold epoch_hold);
   bool StartGeneric(const FileMap& map, uint64_t size, FallbackReason reason, DeviceId device,
                     const ReadRequest& request, ReadDoneFn done, void* context, uint64_t start_ns,
-                    const ReadEpochs::Hold& epoch_hold);
+                    ReadEpochs::Hold epoch_hold);
   // A slot was taken for a read of `device`, or given back: the per-device share counts.
   void ChargeSlot(ReadSlot& slot, DeviceId device);
   // read_completion.cc

@@ -7,8 +7,7 @@
 namespace blockread::storage {
 
 bool EngineContext::StartSimple(const Extent& extent, const ReadRequest& request, ReadDoneFn done,
-                                void* context, uint64_t start_ns,
-                                const ReadEpochs::Hold& epoch_hold) {
+                                void* context, uint64_t start_ns, ReadEpochs::Hold epoch_hold) {
   if (free_simple_.empty()) return false;
   ReadSlot& slot = *free_simple_.back();
   free_simple_.pop_back();
