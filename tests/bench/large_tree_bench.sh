@@ -48,7 +48,8 @@ EOF
 echo "made $files files in $(echo "$(date +%s.%N) - $start" | bc) s"
 
 port=$(( 20000 + RANDOM % 20000 ))
-# Starts a server on $1, waits until it answers; prints seconds from start to answer.
+# Starts a server on $1 (in this shell: $server is its pid), waits until it answers; $ready is
+# the seconds from start to answer.
 serve() {
   local begin; begin=$(date +%s.%N)
   taskset -c 0 "$server_bin" --serve_files="$1" --listen=127.0.0.1:$port --metrics_listen= \
@@ -58,15 +59,15 @@ serve() {
     kill -0 "$server" || { cat "$work/server.log"; exit 1; }
     sleep 0.05
   done
-  echo "$(date +%s.%N) - $begin" | bc
+  ready=$(echo "$(date +%s.%N) - $begin" | bc)
 }
 stop() { kill "$server"; wait "$server" || true; server=""; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 
-serve "$work/empty" >/dev/null
+serve "$work/empty"
 empty_rss=$(rss_kib)
 stop
-ready=$(serve "$work/mnt/tree")
+serve "$work/mnt/tree"
 rss=$(rss_kib)
 fds=$(ls "/proc/$server/fd" | wc -l)
 echo "$files names: answering $ready s after start; RSS $((rss / 1024)) MiB (empty tree: $((empty_rss / 1024)) MiB): $(( (rss - empty_rss) * 1024 / files )) bytes per name; $fds descriptors"
