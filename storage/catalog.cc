@@ -249,9 +249,9 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source, Tree* 
   entry->name = std::move(name);
   entry->source = std::move(source);
   entry->tree = tree;
-  by_display_path_[path] = entry;
+  IndexPath(*entry);
   if (absl::Status added = AddEntry(*entry); !added.ok()) {
-    by_display_path_.erase(path);
+    UnindexPath(*entry);
     free_entries_.push_back(entry);
     return added;
   }
@@ -404,7 +404,7 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
 absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {
   std::lock_guard lock(versions_mu_);
   if (name == "*") {
-    names_.ForEach([&](const std::string&, FileEntry* entry) {
+    names_.ForEach([&](absl::string_view, FileEntry* entry) {
       if (entry->declared_version.empty()) entry->declared_version = version;
     });
     default_version_ = std::move(version);
@@ -435,7 +435,7 @@ RouteCounts Catalog::route_counts() const {
   counts.open_slots = open_slot_count_;
   counts.opens = opens_.load(std::memory_order_relaxed);
   counts.evictions = evictions_.load(std::memory_order_relaxed);
-  names_.ForEach([&](const std::string&, const FileEntry* entry) {
+  names_.ForEach([&](absl::string_view, const FileEntry* entry) {
     if (entry->owned == nullptr) {
       ++counts.not_open;
       return;
@@ -457,7 +457,7 @@ std::vector<std::string> Catalog::FileNames() const {
   {
     std::lock_guard lock(versions_mu_);
     names.reserve(names_.size());
-    names_.ForEach([&](const std::string& name, const FileEntry*) { names.push_back(name); });
+    names_.ForEach([&](absl::string_view name, const FileEntry*) { names.emplace_back(name); });
   }
   std::sort(names.begin(), names.end());
   return names;

@@ -336,6 +336,14 @@ class Catalog {
   bool HasRetries() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
     return !retry_leases_.empty() || !pending_.empty() || !unwatched_.empty();
   }
+  // The served entry at display path `display`, or null.
+  FileEntry* ServedAt(absl::string_view display) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // Indexes `entry` by its path (its source must not change until UnindexPath), or forgets it.
+  void IndexPath(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  void UnindexPath(FileEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
+  // The served entries at or below display path `directory`.
+  std::vector<FileEntry*> ServedBelow(const std::string& directory)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
   // Watches `directory` (a display path) in both inotify instances.
   absl::Status WatchDirectory(const std::string& directory)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_);
@@ -443,8 +451,13 @@ class Catalog {
   std::mutex broken_mu_;
   std::vector<std::unique_ptr<const FileVersion>> broken_versions_ ABSL_GUARDED_BY(broken_mu_);
   std::vector<FileEntry*> broken_entries_ ABSL_GUARDED_BY(broken_mu_);
-  // Ordered, so that the names under a directory that changed are found without a walk of all.
-  absl::btree_map<std::string, FileEntry*> by_display_path_ ABSL_GUARDED_BY(watch_mu_);
+  // The served entries by path, ordered, so that the names under a directory that changed are
+  // found without a walk of all: a tree's files by (tree, relative path), the key viewing the
+  // entry's own source.relative (no copy of a million paths); files served on their own (few) by
+  // display path. Through the helpers below.
+  absl::btree_map<std::pair<const Tree*, absl::string_view>, FileEntry*> tree_paths_
+      ABSL_GUARDED_BY(watch_mu_);
+  absl::btree_map<std::string, FileEntry*> own_paths_ ABSL_GUARDED_BY(watch_mu_);
   // The served directories, by watch descriptor, in each inotify instance.
   // Each with the walk generation that last watched it: after a directory event, watches still
   // under the old path and not refreshed by a walk are of directories that left the tree.

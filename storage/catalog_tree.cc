@@ -76,17 +76,7 @@ Catalog::Tree* Catalog::TreeOf(absl::string_view path, std::string* relative) {
 void Catalog::ChangeDirectory(const std::string& directory, std::vector<FileEntry*>& to_close,
                               std::vector<FileEntry*>& gone, std::vector<FileEntry*>& added) {
   // The served names at or below it: removed, moved away, or replaced by what is there now.
-  std::vector<FileEntry*> below;
-  if (auto it = by_display_path_.find(directory); it != by_display_path_.end()) {
-    below.push_back(it->second);  // a served file where the directory is now
-  }
-  // Not one range with the directory itself: "d.x/..." sorts between "d" and "d/...".
-  const std::string prefix = directory + "/";
-  for (auto it = by_display_path_.lower_bound(prefix);
-       it != by_display_path_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    below.push_back(it->second);
-  }
-  for (FileEntry* entry : below) Rebind(*entry, to_close, gone);
+  for (FileEntry* entry : ServedBelow(directory)) Rebind(*entry, to_close, gone);
   // What it holds now, if it is a directory in a served tree (created or moved in).
   std::string relative;
   Tree* tree = TreeOf(directory, &relative);
@@ -144,8 +134,8 @@ void Catalog::SyncTrees(std::vector<FileEntry*>& added) {
 
 void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
                          bool just_closed) {
+  if (tree_paths_.contains({&tree, relative})) return;  // served already
   const std::string display = tree.DisplayOf(relative);
-  if (by_display_path_.contains(display)) return;  // served already
   BeneathPath source{tree.root, relative};
   auto opened = OpenBeneath(source, O_RDONLY);
   struct stat st;
@@ -178,8 +168,70 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
   entry->name = relative;
   entry->source = std::move(source);
   entry->tree = &tree;
-  by_display_path_[display] = entry;
+  IndexPath(*entry);
   added.push_back(entry);
+}
+
+Catalog::FileEntry* Catalog::ServedAt(absl::string_view display) {
+  std::string relative;
+  if (Tree* tree = TreeOf(display, &relative)) {
+    auto it = tree_paths_.find({tree, relative});
+    return it == tree_paths_.end() ? nullptr : it->second;
+  }
+  auto it = own_paths_.find(display);
+  return it == own_paths_.end() ? nullptr : it->second;
+}
+
+void Catalog::IndexPath(FileEntry& entry) {
+  if (entry.tree != nullptr) {
+    tree_paths_[{entry.tree, entry.source.relative}] = &entry;
+  } else {
+    own_paths_[entry.source.display()] = &entry;
+  }
+}
+
+void Catalog::UnindexPath(FileEntry& entry) {
+  if (entry.tree != nullptr) {
+    auto it = tree_paths_.find({entry.tree, entry.source.relative});
+    if (it != tree_paths_.end() && it->second == &entry) tree_paths_.erase(it);
+  } else {
+    auto it = own_paths_.find(entry.source.display());
+    if (it != own_paths_.end() && it->second == &entry) own_paths_.erase(it);
+  }
+}
+
+std::vector<Catalog::FileEntry*> Catalog::ServedBelow(const std::string& directory) {
+  std::vector<FileEntry*> below;
+  // Not one range with the directory itself: "d.x/..." sorts between "d" and "d/...".
+  const std::string prefix = directory + "/";
+  const auto add_range = [&](auto& index, const auto& exact, const auto& first, auto in_range) {
+    if (auto it = index.find(exact); it != index.end()) below.push_back(it->second);
+    for (auto it = index.lower_bound(first); it != index.end() && in_range(it->first); ++it) {
+      below.push_back(it->second);
+    }
+  };
+  std::string relative;
+  if (Tree* tree = TreeOf(directory, &relative)) {
+    const std::string relative_prefix = relative + "/";
+    add_range(tree_paths_, std::pair<const Tree*, absl::string_view>{tree, relative},
+              std::pair<const Tree*, absl::string_view>{tree, relative_prefix},
+              [&](const std::pair<const Tree*, absl::string_view>& key) {
+                return key.first == tree && absl::StartsWith(key.second, relative_prefix);
+              });
+  } else {
+    // The directory holds whole trees (a root, or above one): all their names.
+    for (const std::unique_ptr<Tree>& tree : trees_) {
+      const std::string& root = tree->root->path();
+      if (root != directory && !absl::StartsWith(root, prefix)) continue;
+      for (auto it = tree_paths_.lower_bound({tree.get(), ""});
+           it != tree_paths_.end() && it->first.first == tree.get(); ++it) {
+        below.push_back(it->second);
+      }
+    }
+  }
+  add_range(own_paths_, directory, prefix,
+            [&](const std::string& key) { return absl::StartsWith(key, prefix); });
+  return below;
 }
 
 void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
@@ -195,7 +247,7 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
   for (FileEntry* entry : refused) {
     LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
                                entry->source.display(), entry->name));
-    by_display_path_.erase(entry->source.display());
+    UnindexPath(*entry);
     entry->reachable = false;
   }
   names_generation_.fetch_add(1, std::memory_order_acq_rel);

@@ -303,10 +303,9 @@ class Catalog::Watcher {
           events.directories.push_back(std::move(path));
           continue;
         }
-        auto entry = catalog_.by_display_path_.find(path);
-        if (entry != catalog_.by_display_path_.end()) {
-          events.served.push_back(entry->second);
-          if (name_events) changing.names.insert(entry->second->name);
+        if (FileEntry* entry = catalog_.ServedAt(path)) {
+          events.served.push_back(entry);
+          if (name_events) changing.names.insert(entry->name);
         } else if (event->mask & (IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)) {
           if (name_events && in_tree) changing.names.insert(relative);
           events.unknown.push_back(std::move(path));
@@ -495,7 +494,7 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
   if (entry.tree != nullptr && absl::IsNotFound(problem)) {
     // Gone from a served tree: the name leaves the table (ChangeNames), and only once no read
     // can still reach the old file is its descriptor let go.
-    by_display_path_.erase(entry.source.display());
+    UnindexPath(entry);
     gone.push_back(&entry);
     return;
   }
@@ -508,8 +507,9 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
 
 void Catalog::Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone) {
   std::vector<FileEntry*> served;
-  served.reserve(by_display_path_.size());
-  for (const auto& [path, entry] : by_display_path_) served.push_back(entry);
+  served.reserve(tree_paths_.size() + own_paths_.size());
+  for (const auto& [path, entry] : tree_paths_) served.push_back(entry);
+  for (const auto& [path, entry] : own_paths_) served.push_back(entry);
   for (FileEntry* entry : served) Rebind(*entry, to_close, gone);
 }
 

@@ -4,6 +4,9 @@
 // copy with a release store, then hands back the shards it replaced, which the writer frees once
 // no reader can still be using them (storage/read_epochs.h). A million names make shards of about
 // a thousand, so creating a file copies a thousand names, not a million.
+//
+// Keys are views of the entries' own `name` strings (no copy per shard, nor per name): an entry's
+// name must not change while any shard, published or retired, holds it.
 #ifndef BLOCKREAD_STORAGE_NAME_TABLE_H_
 #define BLOCKREAD_STORAGE_NAME_TABLE_H_
 
@@ -27,7 +30,7 @@ namespace blockread::storage {
 template <typename Entry>
 class NameTable {
  public:
-  using Shard = absl::flat_hash_map<std::string, Entry*>;
+  using Shard = absl::flat_hash_map<absl::string_view, Entry*>;
   // Shards replaced by Change(): free them once no reader can be using them.
   using Retired = std::vector<std::unique_ptr<const Shard>>;
 
@@ -50,7 +53,8 @@ class NameTable {
 
   // Before any reader: adds `entry` under its name in place. False when the name is taken.
   bool InsertBeforeReaders(Entry* entry) {
-    const bool inserted = Owned(entry->name).try_emplace(entry->name, entry).second;
+    const bool inserted =
+        Owned(entry->name).try_emplace(absl::string_view(entry->name), entry).second;
     size_ += inserted;
     return inserted;
   }
@@ -61,7 +65,7 @@ class NameTable {
   Retired Change(const std::vector<Entry*>& gone, const std::vector<Entry*>& added,
                  std::vector<Entry*>* refused) {
     std::array<std::unique_ptr<Shard>, kShards> copies;
-    const auto copy_of = [&](const std::string& name) -> Shard& {
+    const auto copy_of = [&](absl::string_view name) -> Shard& {
       const size_t i = ShardOf(typename Shard::hasher()(name));
       if (copies[i] == nullptr) copies[i] = std::make_unique<Shard>(*owned_[i]);
       return *copies[i];
@@ -75,7 +79,7 @@ class NameTable {
       }
     }
     for (Entry* entry : added) {
-      if (copy_of(entry->name).try_emplace(entry->name, entry).second) {
+      if (copy_of(entry->name).try_emplace(absl::string_view(entry->name), entry).second) {
         ++size_;
       } else {
         refused->push_back(entry);
@@ -105,7 +109,7 @@ class NameTable {
   static constexpr size_t kShards = size_t{1} << kShardBits;
   // The hash's top bits pick the shard; the map inside uses its low bits (and the same hash).
   static size_t ShardOf(size_t hash) { return hash >> (8 * sizeof(size_t) - kShardBits); }
-  Shard& Owned(const std::string& name) { return *owned_[ShardOf(typename Shard::hasher()(name))]; }
+  Shard& Owned(absl::string_view name) { return *owned_[ShardOf(typename Shard::hasher()(name))]; }
 
   std::array<std::atomic<const Shard*>, kShards> shards_;
   std::array<std::unique_ptr<Shard>, kShards> owned_;
