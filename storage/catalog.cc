@@ -127,7 +127,7 @@ absl::Status Catalog::AddWholeDevice(std::string name, std::string path) {
 std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const std::string& why,
                                                       bool leased) {
   auto version = std::make_unique<FileVersion>();
-  const std::string path = entry.source.display();
+  const std::string path = entry.display();
   std::string reason = why;
   if (leased) {
     // Exact: with the lease held no writer can open the file until it is released.
@@ -247,8 +247,9 @@ absl::Status Catalog::ImportBeneath(std::string name, BeneathPath source, Tree* 
   }
   FileEntry* entry = NewEntry();
   entry->name = std::move(name);
-  entry->source = std::move(source);
   entry->tree = tree;
+  // A tree's file is at (its root, its name); one served on its own keeps where it is.
+  if (tree == nullptr) entry->own_source = std::make_unique<const BeneathPath>(std::move(source));
   IndexPath(*entry);
   if (absl::Status added = AddEntry(*entry); !added.ok()) {
     UnindexPath(*entry);
@@ -395,7 +396,7 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
     }
     // Copied under the lock: an entry is reused for another name only after a table without it
     // has been published under this lock.
-    source = entry->source;
+    source = entry->source();
   }
   // Not open: its size now, by a stat beneath its root.
   return DescribeCold(name, source);
@@ -404,22 +405,22 @@ absl::StatusOr<FileMapRef> Catalog::ResolveWithoutOpening(absl::string_view name
 absl::Status Catalog::DeclareVersion(absl::string_view name, std::string version) {
   std::lock_guard lock(versions_mu_);
   if (name == "*") {
+    default_version_ = &*declared_versions_.insert(std::move(version)).first;
     names_.ForEach([&](absl::string_view, FileEntry* entry) {
-      if (entry->declared_version.empty()) entry->declared_version = version;
+      if (entry->declared_version == nullptr) entry->declared_version = default_version_;
     });
-    default_version_ = std::move(version);
     return absl::OkStatus();
   }
   FileEntry* entry = names_.Find(name);
   if (entry == nullptr) return UnknownFileError(name);
-  entry->declared_version = std::move(version);
+  entry->declared_version = &*declared_versions_.insert(std::move(version)).first;
   return absl::OkStatus();
 }
 
 std::string Catalog::DeclaredVersion(absl::string_view name) const {
   std::lock_guard lock(versions_mu_);
   const FileEntry* entry = names_.Find(name);
-  return entry == nullptr ? "" : entry->declared_version;
+  return entry == nullptr || entry->declared_version == nullptr ? "" : *entry->declared_version;
 }
 
 std::string Catalog::RouteNote(absl::string_view name) const {

@@ -18,6 +18,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -427,9 +428,11 @@ class Catalog {
   };
   std::vector<std::unique_ptr<DeviceState>> device_states_;
   std::atomic<uint64_t> device_events_{0};
-  // Every entry ever made (served, or free for reuse: free_entries_); freed with the catalog only,
-  // so a pointer to one is always valid.
-  std::vector<std::unique_ptr<FileEntry>> entries_;
+  // Every entry ever made (served, or free for reuse: free_entries_), in chunks; freed with the
+  // catalog only, so a pointer to one is always valid.
+  static constexpr size_t kEntriesPerChunk = 4096;
+  std::vector<std::unique_ptr<FileEntry[]>> entries_ ABSL_GUARDED_BY(watch_mu_);
+  size_t entries_in_last_chunk_ ABSL_GUARDED_BY(watch_mu_) = 0;
   // The served names. The read path finds a name without a lock (inside its reader's epoch); the
   // watcher changes them under versions_mu_ (storage/name_table.h) and frees replaced shards once
   // no read can be using them.
@@ -497,7 +500,10 @@ class Catalog {
   // New files a writer still held open: display path -> their tree and relative path.
   absl::flat_hash_map<std::string, std::pair<Tree*, std::string>> pending_
       ABSL_GUARDED_BY(watch_mu_);
-  std::string default_version_;  // DeclareVersion("*"), for files created later too
+  // The versions DeclareVersion() gave, each once (entries point at them), and the one given "*",
+  // for files created later too. Under versions_mu_.
+  absl::node_hash_set<std::string> declared_versions_;
+  const std::string* default_version_ = nullptr;
   std::unique_ptr<Watcher> watcher_;
   // Odd while the watcher reads and applies inotify events (see ApplyingNameEvents()).
   std::atomic<uint64_t> name_events_seq_{0};

@@ -43,40 +43,52 @@ struct Catalog::Tree {
   }
 };
 
+// One per served name, a million of them for a million names: kept small (about 100 bytes, and
+// the name's own heap bytes past 15), the open file's state only a few fields.
 struct Catalog::FileEntry {
-  std::string name;              // the watcher's (set when the entry takes a name)
-  std::string declared_version;  // set during setup, or when the entry takes a new name
+  // The served name: for a tree's file also its path relative to the tree's root. The name table
+  // and the path index view it: it changes only while the entry is in neither.
+  std::string name;
   // What the name serves: the read path loads it with acquire; only the watcher stores it.
   // &Catalog::cold_version_ while the file is not open.
   std::atomic<const FileVersion*> current{nullptr};
   std::unique_ptr<const FileVersion> owned;  // replaced under versions_mu_; null while cold
+  // Imported files only; the watcher's (guarded by watch_mu_). A tree's file is at (tree->root,
+  // name); a file served on its own at *own_source.
+  Tree* tree = nullptr;
+  std::unique_ptr<const BeneathPath> own_source;
+  // DeclareVersion()'s (shared: catalog.declared_versions_), or null.
+  const std::string* declared_version = nullptr;
+  // While open (it holds slot `slot` of the open-file cache): the slot's device (file route),
+  // whose descriptor is the file the name serves. The lease is taken on it, and holding it keeps
+  // the file's blocks from going to another file while reads may still use them.
+  int32_t slot = -1;
+  DeviceId file_device = kNoDevice;
+  int inode_fd = -1;  // that device's descriptor
+  InodeKey inode{};
+  uint32_t lease_breaks = 0;  // breaks so far (PublishUnlessBroken); under lease_mu_
+  // Written under lease_mu_ (by the watcher, and by a break on the lease thread).
+  std::atomic<bool> leased{false};
+  // The epoch domain of the last raw map published for the open file (0: none): a break waits
+  // for its reads. Under lease_mu_.
+  uint8_t raw_domain = 0;
   // Whether a name table holds this entry, or did until reads of that table finished: publishing
   // a new version waits for reads of the old one only then.
   bool reachable = false;
+  bool present = false;  // the name named a regular file when last looked at (watcher's)
   // Set by reads that find it (relaxed, only when clear): read since the cache's CLOCK hand last
   // passed it, so it is not the one closed to make room.
   mutable std::atomic<bool> referenced{false};
   // A read found it cold and queued it for opening; cleared once the watcher has looked at it.
   mutable std::atomic<bool> open_requested{false};
 
-  // Imported files only; the watcher's (guarded by watch_mu_).
-  BeneathPath source;
-  Tree* tree = nullptr;  // the served tree it belongs to; null for a file served on its own
-  bool present = false;  // the name named a regular file when last looked at
-  // While open (it holds slot `slot` of the open-file cache): the slot's device (file route),
-  // whose descriptor is the file the name serves. The lease is taken on it, and holding it keeps
-  // the file's blocks from going to another file while reads may still use them.
-  int slot = -1;
-  DeviceId file_device = kNoDevice;
-  int inode_fd = -1;  // that device's descriptor
-  InodeKey inode{};
-  // Written under lease_mu_ (by the watcher, and by a break on the lease thread).
-  std::atomic<bool> leased{false};
-  uint64_t lease_breaks = 0;  // breaks so far (PublishUnlessBroken); under lease_mu_
-  // The epoch domain of the last raw map published for the open file (0: none): a break waits
-  // for its reads. Under lease_mu_.
-  uint8_t raw_domain = 0;
   bool cold() const { return slot < 0; }
+  BeneathPath source() const {
+    return tree != nullptr ? BeneathPath{tree->root, name} : *own_source;
+  }
+  std::string display() const {
+    return tree != nullptr ? tree->DisplayOf(name) : own_source->display();
+  }
 };
 
 // Points `fd` at /dev/null (dup3), keeping its number: a file route's device that serves nothing.

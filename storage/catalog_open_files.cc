@@ -8,6 +8,7 @@
 // let go, so a file that is closed is never read stale: the next read opens what the name names
 // then. Runs on the watcher thread under watch_mu_, except RequestOpen (any thread).
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,6 +35,10 @@ constexpr uint32_t kOpenSlotBlockSize = 4096;
 void Catalog::SealDevices() {
   std::lock_guard lock(watch_mu_);
   if (devices_sealed_) return;
+  // Setup is done: what the walks of the served trees allocated and freed (a path per file) goes
+  // back to the system, rather than staying in the heap for the server's lifetime (a quarter of
+  // the memory of a million names).
+  malloc_trim(0);
   GrowOpenSlots();
   devices_sealed_ = true;
   if (open_slot_count_ == 0) return;
@@ -128,7 +133,7 @@ void Catalog::OpenRequested(std::vector<FileEntry*>& to_lease) {
 }
 
 bool Catalog::OpenIntoSlot(FileEntry& entry) {
-  auto opened = OpenBeneath(entry.source, O_RDONLY | O_DIRECT);
+  auto opened = OpenBeneath(entry.source(), O_RDONLY | O_DIRECT);
   struct stat st;
   absl::Status problem;
   if (!opened.ok()) {
@@ -224,8 +229,12 @@ Catalog::FileEntry* Catalog::NewEntry() {
     entry = free_entries_.back();
     free_entries_.pop_back();
   } else {
-    entries_.push_back(std::make_unique<FileEntry>());
-    entry = entries_.back().get();
+    // In chunks: no allocation (and its overhead) per name.
+    if (entries_.empty() || entries_in_last_chunk_ == kEntriesPerChunk) {
+      entries_.push_back(std::make_unique<FileEntry[]>(kEntriesPerChunk));
+      entries_in_last_chunk_ = 0;
+    }
+    entry = &entries_.back()[entries_in_last_chunk_++];
   }
   entry->name.clear();
   entry->declared_version = default_version_;
@@ -234,7 +243,7 @@ Catalog::FileEntry* Catalog::NewEntry() {
   entry->reachable = false;
   entry->referenced.store(false, std::memory_order_relaxed);
   entry->open_requested.store(false, std::memory_order_relaxed);
-  entry->source = {};
+  entry->own_source.reset();
   entry->tree = nullptr;
   entry->present = true;
   return entry;

@@ -166,7 +166,6 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
   pending_.erase(display);
   FileEntry* entry = NewEntry();
   entry->name = relative;
-  entry->source = std::move(source);
   entry->tree = &tree;
   IndexPath(*entry);
   added.push_back(entry);
@@ -184,18 +183,18 @@ Catalog::FileEntry* Catalog::ServedAt(absl::string_view display) {
 
 void Catalog::IndexPath(FileEntry& entry) {
   if (entry.tree != nullptr) {
-    tree_paths_[{entry.tree, entry.source.relative}] = &entry;
+    tree_paths_[{entry.tree, entry.name}] = &entry;
   } else {
-    own_paths_[entry.source.display()] = &entry;
+    own_paths_[entry.display()] = &entry;
   }
 }
 
 void Catalog::UnindexPath(FileEntry& entry) {
   if (entry.tree != nullptr) {
-    auto it = tree_paths_.find({entry.tree, entry.source.relative});
+    auto it = tree_paths_.find({entry.tree, entry.name});
     if (it != tree_paths_.end() && it->second == &entry) tree_paths_.erase(it);
   } else {
-    auto it = own_paths_.find(entry.source.display());
+    auto it = own_paths_.find(entry.display());
     if (it != own_paths_.end() && it->second == &entry) own_paths_.erase(it);
   }
 }
@@ -246,7 +245,7 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
   for (FileEntry* entry : added) entry->reachable = true;
   for (FileEntry* entry : refused) {
     LogWarning(absl::StrFormat("file %s is not served: another served file is named %s",
-                               entry->source.display(), entry->name));
+                               entry->display(), entry->name));
     UnindexPath(*entry);
     entry->reachable = false;
   }
@@ -259,7 +258,7 @@ void Catalog::ChangeNames(const std::vector<FileEntry*>& added,
   for (FileEntry* entry : gone) {
     entry->reachable = false;
     ReleaseSlot(*entry);
-    pending_.erase(entry->source.display());
+    pending_.erase(entry->display());
     {
       std::lock_guard lock(versions_mu_);
       versions.push_back(std::move(entry->owned));

@@ -405,7 +405,7 @@ void Catalog::TakeLease(FileEntry& entry) {
     LogInfo(
         absl::StrFormat("file %s (%s) is read through the file itself: %s (said once for "
                         "each reason)",
-                        entry.name, entry.source.display(), now->route_note));
+                        entry.name, entry.display(), now->route_note));
   }
 }
 
@@ -457,7 +457,7 @@ void PointAtNothing(int fd) {
 
 void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
                      std::vector<FileEntry*>& gone) {
-  auto opened = OpenBeneath(entry.source, O_PATH);
+  auto opened = OpenBeneath(entry.source(), O_PATH);
   absl::Status problem;
   struct stat st;
   if (!opened.ok()) {
@@ -486,7 +486,7 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
     to_close.push_back(&entry);
     if (was_served) {
       LogInfo(absl::StrFormat("file %s: %s names another file now; serving that", entry.name,
-                              entry.source.display()));
+                              entry.display()));
     }
     return;
   }
