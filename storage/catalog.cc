@@ -131,7 +131,7 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
   std::string reason = why;
   if (leased) {
     // Exact: with the lease held no writer can open the file until it is released.
-    auto mapped = MapOpenFile(entry.inode_fd, path);
+    auto mapped = MapOpenFile(Open(entry).fd, path);
     absl::StatusOr<DeviceId> disk = absl::UnknownError("");
     if (!mapped.ok()) {
       const uint64_t incident = LogIncident(
@@ -165,7 +165,7 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
         auto map =
             FileMap::Create(entry.name, size, block_size, FileSource::kFiemap, std::move(extents));
         if (map.ok() && map->size() <= kVerifiedMapBytes &&
-            !RawBytesMatchFile(*map, entry.inode_fd, device)) {
+            !RawBytesMatchFile(*map, Open(entry).fd, device)) {
           reason = kMapNotYetValid;
           LogWarning(
               absl::StrFormat("file %s: its new FIEMAP map does not read back its bytes; "
@@ -182,19 +182,24 @@ std::unique_ptr<const FileVersion> Catalog::VersionOf(FileEntry& entry, const st
       }
     }
   }
-  return FileRouteVersion(entry, std::move(reason));
+  return FileRouteVersion(entry.name, Open(entry).device, std::move(reason));
 }
 
-std::unique_ptr<const FileVersion> Catalog::FileRouteVersion(const FileEntry& entry,
+std::unique_ptr<const FileVersion> Catalog::FileRouteVersion(absl::string_view name,
+                                                             DeviceId device_id,
                                                              std::string why) const {
   // The file's own device reads whatever the name names now. Its size follows the file at each
   // read: a writer may be extending or truncating it right now.
   auto version = std::make_unique<FileVersion>();
-  const Device& device = *devices_[entry.file_device];
+  const Device& device = *devices_[device_id];
   version->map = std::make_shared<const FileMap>(FileMap::FollowingFile(
-      entry.name, device.logical_block_size(), entry.file_device, device.fd()));
+      std::string(name), device.logical_block_size(), device_id, device.fd()));
   version->route_note = std::move(why);
   return version;
+}
+
+Catalog::OpenFile& Catalog::Open(const FileEntry& entry) const {
+  return *open_files_[static_cast<size_t>(entry.slot)];
 }
 
 void Catalog::Publish(FileEntry& entry, std::unique_ptr<const FileVersion> version) {

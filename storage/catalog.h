@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_set.h"
@@ -278,6 +279,7 @@ class Catalog {
 
  private:
   struct FileEntry;
+  struct OpenFile;
   struct Tree;
   class Watcher;
 
@@ -296,9 +298,12 @@ class Catalog {
   // FIEMAP can map it, else the file route with `why`.
   std::unique_ptr<const FileVersion> VersionOf(FileEntry& entry, const std::string& why,
                                                bool leased);
-  // The file route of open `entry`: reads go through its descriptor. No syscall.
-  std::unique_ptr<const FileVersion> FileRouteVersion(const FileEntry& entry,
+  // The file route of open file `name` held by slot device `device`: reads go through its
+  // descriptor. No syscall.
+  std::unique_ptr<const FileVersion> FileRouteVersion(absl::string_view name, DeviceId device,
                                                       std::string why) const;
+  // The slot holding open `entry`'s file (the watcher's; REQUIRES !entry.cold()).
+  OpenFile& Open(const FileEntry& entry) const;
   // The entry serving `name` now, or null (takes versions_mu_).
   FileEntry* Find(absl::string_view name) const;
 
@@ -443,23 +448,35 @@ class Catalog {
   mutable std::mutex versions_mu_;
   // Guards the watcher's state (the entries' inode fields, the tables below) against setup.
   std::mutex watch_mu_;
-  // Leases: which entry holds each open descriptor, the entries' `leased`, `lease_breaks` and
+  // Leases: the slot of each open descriptor, the slots' holders, `leased`, `lease_breaks` and
   // `raw_domain`, and the descriptors themselves (re-pointed or released only under it, so a
   // break never releases another file's lease). Taken by the lease thread and the watcher
   // (after watch_mu_, before versions_mu_); held by a break while it waits for raw reads.
   std::mutex lease_mu_;
-  absl::flat_hash_map<int, FileEntry*> by_lease_fd_ ABSL_GUARDED_BY(lease_mu_);
+  absl::flat_hash_map<int, OpenFile*> by_lease_fd_ ABSL_GUARDED_BY(lease_mu_);
   std::unique_ptr<LeaseSignalThread> lease_signals_;
   // What breaks leave for the watcher (TakeBrokenLeases).
   std::mutex broken_mu_;
   std::vector<std::unique_ptr<const FileVersion>> broken_versions_ ABSL_GUARDED_BY(broken_mu_);
   std::vector<FileEntry*> broken_entries_ ABSL_GUARDED_BY(broken_mu_);
   // The served entries by path, ordered, so that the names under a directory that changed are
-  // found without a walk of all: a tree's files by (tree, relative path), the key viewing the
-  // entry's own source.relative (no copy of a million paths); files served on their own (few) by
-  // display path. Through the helpers below.
-  absl::btree_map<std::pair<const Tree*, absl::string_view>, FileEntry*> tree_paths_
-      ABSL_GUARDED_BY(watch_mu_);
+  // found without a walk of all: a tree's files by (tree, relative path: the entry's name), the
+  // set holding the entries themselves (a pointer each, no copy of a million paths); files served
+  // on their own (few) by display path. Through the helpers below.
+  using TreePath = std::pair<const Tree*, absl::string_view>;
+  struct ByTreePath {
+    using is_transparent = void;
+    static TreePath KeyOf(const TreePath& key) { return key; }
+    template <typename Entry>
+    static TreePath KeyOf(const Entry* entry) {
+      return {entry->tree, entry->name};
+    }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return KeyOf(a) < KeyOf(b);
+    }
+  };
+  absl::btree_set<FileEntry*, ByTreePath> tree_paths_ ABSL_GUARDED_BY(watch_mu_);
   absl::btree_map<std::string, FileEntry*> own_paths_ ABSL_GUARDED_BY(watch_mu_);
   // The served directories, by watch descriptor, in each inotify instance.
   // Each with the walk generation that last watched it: after a directory event, watches still
@@ -472,10 +489,10 @@ class Catalog {
   absl::flat_hash_map<int, WatchedDirectory> content_watches_ ABSL_GUARDED_BY(watch_mu_);
   uint64_t walk_generation_ ABSL_GUARDED_BY(watch_mu_) = 0;
   std::vector<std::unique_ptr<Tree>> trees_ ABSL_GUARDED_BY(watch_mu_);
-  // The open-file cache: slot i is device open_slot_devices_[i]; which entry holds it (null:
-  // free); the free ones; the CLOCK hand (the next slot looked at for eviction).
-  std::vector<DeviceId> open_slot_devices_ ABSL_GUARDED_BY(watch_mu_);
-  std::vector<FileEntry*> open_slot_holder_ ABSL_GUARDED_BY(watch_mu_);
+  // The open-file cache: its slots (grown under watch_mu_ and lease_mu_, before the devices are
+  // sealed; read under either), the free ones, and the CLOCK hand (the next slot looked at for
+  // eviction).
+  std::vector<std::unique_ptr<OpenFile>> open_files_;
   std::vector<uint32_t> free_open_slots_ ABSL_GUARDED_BY(watch_mu_);
   size_t clock_hand_ ABSL_GUARDED_BY(watch_mu_) = 0;
   size_t open_slot_count_ = 0;

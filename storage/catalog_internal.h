@@ -59,19 +59,9 @@ struct Catalog::FileEntry {
   std::unique_ptr<const BeneathPath> own_source;
   // DeclareVersion()'s (shared: catalog.declared_versions_), or null.
   const std::string* declared_version = nullptr;
-  // While open (it holds slot `slot` of the open-file cache): the slot's device (file route),
-  // whose descriptor is the file the name serves. The lease is taken on it, and holding it keeps
-  // the file's blocks from going to another file while reads may still use them.
+  // While open: the slot of the open-file cache that holds its file (Catalog::OpenFile, with the
+  // descriptor and the lease); -1 while cold. Written under watch_mu_ and lease_mu_.
   int32_t slot = -1;
-  DeviceId file_device = kNoDevice;
-  int inode_fd = -1;  // that device's descriptor
-  InodeKey inode{};
-  uint32_t lease_breaks = 0;  // breaks so far (PublishUnlessBroken); under lease_mu_
-  // Written under lease_mu_ (by the watcher, and by a break on the lease thread).
-  std::atomic<bool> leased{false};
-  // The epoch domain of the last raw map published for the open file (0: none): a break waits
-  // for its reads. Under lease_mu_.
-  uint8_t raw_domain = 0;
   // Whether a name table holds this entry, or did until reads of that table finished: publishing
   // a new version waits for reads of the old one only then.
   bool reachable = false;
@@ -89,6 +79,25 @@ struct Catalog::FileEntry {
   std::string display() const {
     return tree != nullptr ? tree->DisplayOf(name) : own_source->display();
   }
+};
+
+// A slot of the open-file cache: a file-route device reserved at setup, whose descriptor is
+// re-pointed (dup3) at the file it holds (/dev/null while free), and that file's lease. The lease
+// is taken on the descriptor, and holding it keeps the file's blocks from going to another file
+// while reads may still use them. Slots are bounded by the cache's cap, names are not: what only
+// an open file needs lives here, not in each FileEntry.
+struct Catalog::OpenFile {
+  DeviceId device = kNoDevice;  // set when the slot is made
+  int fd = -1;                  // the device's descriptor
+  // The entry whose file it holds; null while free. Written under watch_mu_ and lease_mu_.
+  FileEntry* holder = nullptr;
+  InodeKey inode{};  // the held file's (the watcher's)
+  // Written under lease_mu_ (by the watcher, and by a break on the lease thread).
+  std::atomic<bool> leased{false};
+  uint32_t lease_breaks = 0;  // breaks so far (PublishUnlessBroken); under lease_mu_
+  // The epoch domain of the last raw map published for the held file (0: none): a break waits
+  // for its reads. Under lease_mu_.
+  uint8_t raw_domain = 0;
 };
 
 // Points `fd` at /dev/null (dup3), keeping its number: a file route's device that serves nothing.

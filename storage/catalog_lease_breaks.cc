@@ -21,14 +21,14 @@ absl::Status Catalog::StartLeaseBreaker() {
 }
 
 void Catalog::BreakLeases(const absl::flat_hash_set<int>& fds, bool check_all) {
-  std::vector<FileEntry*> broken;
+  std::vector<OpenFile*> broken;
   std::lock_guard lock(lease_mu_);
-  const auto leased = [](FileEntry* entry) {
-    return entry->leased.load(std::memory_order_relaxed);  // else an old signal: handled
+  const auto leased = [](OpenFile* open) {
+    return open->leased.load(std::memory_order_relaxed);  // else an old signal: handled
   };
   if (check_all) {
-    for (const auto& [fd, entry] : by_lease_fd_) {
-      if (leased(entry) && fcntl(fd, F_GETLEASE) != F_RDLCK) broken.push_back(entry);
+    for (const auto& [fd, open] : by_lease_fd_) {
+      if (leased(open) && fcntl(fd, F_GETLEASE) != F_RDLCK) broken.push_back(open);
     }
   } else {
     for (int fd : fds) {
@@ -39,28 +39,31 @@ void Catalog::BreakLeases(const absl::flat_hash_set<int>& fds, bool check_all) {
   if (broken.empty()) return;
   // New reads go through the file (exact) from here.
   std::vector<std::unique_ptr<const FileVersion>> old;
+  std::vector<FileEntry*> entries;
   absl::flat_hash_set<uint8_t> domains;
-  for (FileEntry* entry : broken) {
-    entry->leased.store(false, std::memory_order_relaxed);
-    ++entry->lease_breaks;
-    if (entry->raw_domain != 0) domains.insert(entry->raw_domain);
+  for (OpenFile* open : broken) {
+    open->leased.store(false, std::memory_order_relaxed);
+    ++open->lease_breaks;
+    if (open->raw_domain != 0) domains.insert(open->raw_domain);
+    FileEntry* entry = open->holder;  // a leased slot has one
+    entries.push_back(entry);
     std::lock_guard versions_lock(versions_mu_);
     if (entry->owned == nullptr || entry->owned->epoch_domain == 0) continue;  // not read raw now
     old.push_back(std::move(entry->owned));
-    entry->owned =
-        FileRouteVersion(*entry, "it is being written (the lease was broken by a writer)");
+    entry->owned = FileRouteVersion(entry->name, open->device,
+                                    "it is being written (the lease was broken by a writer)");
     entry->current.store(entry->owned.get(), std::memory_order_release);
   }
   // Once raw reads that may use the old maps are done (those of the files' disks alone), the
   // writers may proceed.
   for (uint8_t domain : domains) epochs_.WaitForDomainReads(domain);
-  for (FileEntry* entry : broken) fcntl(entry->inode_fd, F_SETLEASE, F_UNLCK);
+  for (OpenFile* open : broken) fcntl(open->fd, F_SETLEASE, F_UNLCK);
   {
     // Reads that found the old versions before they entered their domain may still hold them:
     // the watcher frees them after a wait for every read, and takes the leases again later.
     std::lock_guard broken_lock(broken_mu_);
     for (auto& version : old) broken_versions_.push_back(std::move(version));
-    broken_entries_.insert(broken_entries_.end(), broken.begin(), broken.end());
+    broken_entries_.insert(broken_entries_.end(), entries.begin(), entries.end());
   }
   RequestCatchUp();
 }

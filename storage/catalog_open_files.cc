@@ -71,6 +71,8 @@ void Catalog::GrowOpenSlots() {
   const size_t first = open_slot_count_;
   // At least one slot, whatever the limit: a cache of none could open nothing.
   const size_t slots = std::max<size_t>(std::min(target, first + room), std::max<size_t>(first, 1));
+  // The lease thread may be at a break: no slot, nor device, moves under it.
+  std::lock_guard lock(lease_mu_);
   for (size_t i = first; i < slots; ++i) {
     const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (placeholder < 0) {
@@ -81,10 +83,12 @@ void Catalog::GrowOpenSlots() {
     auto added = AddDevice(
         Device::FileRouteSlot(absl::StrCat("file-slot:", i), placeholder, kOpenSlotBlockSize));
     if (!added.ok()) break;
-    open_slot_devices_.push_back(*added);
-    open_slot_holder_.push_back(nullptr);
+    auto slot = std::make_unique<OpenFile>();
+    slot->device = *added;
+    slot->fd = devices_[*added]->fd();
+    open_files_.push_back(std::move(slot));
   }
-  open_slot_count_ = open_slot_devices_.size();
+  open_slot_count_ = open_files_.size();
   for (size_t i = open_slot_count_; i > first; --i) {
     free_open_slots_.push_back(static_cast<uint32_t>(i - 1));
   }
@@ -113,7 +117,7 @@ void Catalog::OpenRequested(std::vector<FileEntry*>& to_lease) {
     const size_t more = wanted.size() - free_open_slots_.size() + open_slot_count_ / 64;
     std::vector<FileEntry*> victims;
     for (size_t looked = 0; victims.size() < more && looked < 2 * open_slot_count_; ++looked) {
-      FileEntry* held = open_slot_holder_[clock_hand_];
+      FileEntry* held = open_files_[clock_hand_]->holder;
       clock_hand_ = (clock_hand_ + 1) % open_slot_count_;
       if (held == nullptr) continue;
       if (held->referenced.load(std::memory_order_relaxed)) {
@@ -165,25 +169,25 @@ bool Catalog::OpenIntoSlot(FileEntry& entry) {
   }
   const uint32_t slot = free_open_slots_.back();
   free_open_slots_.pop_back();
-  entry.slot = static_cast<int>(slot);
-  entry.file_device = open_slot_devices_[slot];
-  entry.inode_fd = devices_[entry.file_device]->fd();
+  OpenFile& open = *open_files_[slot];
   {
     std::lock_guard lock(lease_mu_);
-    dup3(*opened, entry.inode_fd, O_CLOEXEC);
-    entry.leased.store(false, std::memory_order_relaxed);
-    entry.raw_domain = 0;
-    lease_signals_->Aim(entry.inode_fd);
-    by_lease_fd_[entry.inode_fd] = &entry;
+    dup3(*opened, open.fd, O_CLOEXEC);
+    open.holder = &entry;
+    open.leased.store(false, std::memory_order_relaxed);
+    open.raw_domain = 0;
+    lease_signals_->Aim(open.fd);
+    by_lease_fd_[open.fd] = &open;
+    entry.slot = static_cast<int32_t>(slot);
   }
   close(*opened);
-  open_slot_holder_[slot] = &entry;
-  entry.inode = InodeOf(st);
+  open.inode = InodeOf(st);
   entry.present = true;
   entry.referenced.store(true, std::memory_order_relaxed);
   opens_.fetch_add(1, std::memory_order_relaxed);
   // Read through the file at once (exact); leased and mapped next (a writeback).
-  Publish(entry, FileRouteVersion(entry, "it was opened a moment ago (it is mapped next)"));
+  Publish(entry, FileRouteVersion(entry.name, open.device,
+                                  "it was opened a moment ago (it is mapped next)"));
   return true;
 }
 
@@ -206,21 +210,21 @@ void Catalog::Evict(const std::vector<FileEntry*>& entries) {
 
 void Catalog::ReleaseSlot(FileEntry& entry) {
   if (entry.cold()) return;
+  const uint32_t slot = static_cast<uint32_t>(entry.slot);
+  OpenFile& open = *open_files_[slot];
   {
     std::lock_guard lock(lease_mu_);
-    if (entry.leased.load(std::memory_order_relaxed)) fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
-    entry.leased.store(false, std::memory_order_relaxed);
-    entry.raw_domain = 0;
-    by_lease_fd_.erase(entry.inode_fd);
-    PointAtNothing(entry.inode_fd);
+    if (open.leased.load(std::memory_order_relaxed)) fcntl(open.fd, F_SETLEASE, F_UNLCK);
+    open.leased.store(false, std::memory_order_relaxed);
+    open.raw_domain = 0;
+    by_lease_fd_.erase(open.fd);
+    PointAtNothing(open.fd);
+    open.holder = nullptr;
+    entry.slot = -1;
   }
-  open_slot_holder_[static_cast<size_t>(entry.slot)] = nullptr;
-  free_open_slots_.push_back(static_cast<uint32_t>(entry.slot));
+  open.inode = {};
+  free_open_slots_.push_back(slot);
   retry_leases_.erase(&entry);
-  entry.slot = -1;
-  entry.file_device = kNoDevice;
-  entry.inode_fd = -1;
-  entry.inode = {};
 }
 
 Catalog::FileEntry* Catalog::NewEntry() {

@@ -134,7 +134,7 @@ void Catalog::SyncTrees(std::vector<FileEntry*>& added) {
 
 void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<FileEntry*>& added,
                          bool just_closed) {
-  if (tree_paths_.contains({&tree, relative})) return;  // served already
+  if (tree_paths_.contains(TreePath{&tree, relative})) return;  // served already
   const std::string display = tree.DisplayOf(relative);
   BeneathPath source{tree.root, relative};
   auto opened = OpenBeneath(source, O_RDONLY);
@@ -174,8 +174,8 @@ void Catalog::AddNewFile(Tree& tree, const std::string& relative, std::vector<Fi
 Catalog::FileEntry* Catalog::ServedAt(absl::string_view display) {
   std::string relative;
   if (Tree* tree = TreeOf(display, &relative)) {
-    auto it = tree_paths_.find({tree, relative});
-    return it == tree_paths_.end() ? nullptr : it->second;
+    auto it = tree_paths_.find(TreePath{tree, relative});
+    return it == tree_paths_.end() ? nullptr : *it;
   }
   auto it = own_paths_.find(display);
   return it == own_paths_.end() ? nullptr : it->second;
@@ -183,7 +183,7 @@ Catalog::FileEntry* Catalog::ServedAt(absl::string_view display) {
 
 void Catalog::IndexPath(FileEntry& entry) {
   if (entry.tree != nullptr) {
-    tree_paths_[{entry.tree, entry.name}] = &entry;
+    tree_paths_.insert(&entry);
   } else {
     own_paths_[entry.display()] = &entry;
   }
@@ -191,8 +191,8 @@ void Catalog::IndexPath(FileEntry& entry) {
 
 void Catalog::UnindexPath(FileEntry& entry) {
   if (entry.tree != nullptr) {
-    auto it = tree_paths_.find({entry.tree, entry.name});
-    if (it != tree_paths_.end() && it->second == &entry) tree_paths_.erase(it);
+    auto it = tree_paths_.find(TreePath{entry.tree, entry.name});
+    if (it != tree_paths_.end() && *it == &entry) tree_paths_.erase(it);
   } else {
     auto it = own_paths_.find(entry.display());
     if (it != own_paths_.end() && it->second == &entry) own_paths_.erase(it);
@@ -203,33 +203,34 @@ std::vector<Catalog::FileEntry*> Catalog::ServedBelow(const std::string& directo
   std::vector<FileEntry*> below;
   // Not one range with the directory itself: "d.x/..." sorts between "d" and "d/...".
   const std::string prefix = directory + "/";
-  const auto add_range = [&](auto& index, const auto& exact, const auto& first, auto in_range) {
-    if (auto it = index.find(exact); it != index.end()) below.push_back(it->second);
-    for (auto it = index.lower_bound(first); it != index.end() && in_range(it->first); ++it) {
-      below.push_back(it->second);
-    }
-  };
   std::string relative;
   if (Tree* tree = TreeOf(directory, &relative)) {
+    if (auto it = tree_paths_.find(TreePath{tree, relative}); it != tree_paths_.end()) {
+      below.push_back(*it);  // a served file where the directory is now
+    }
     const std::string relative_prefix = relative + "/";
-    add_range(tree_paths_, std::pair<const Tree*, absl::string_view>{tree, relative},
-              std::pair<const Tree*, absl::string_view>{tree, relative_prefix},
-              [&](const std::pair<const Tree*, absl::string_view>& key) {
-                return key.first == tree && absl::StartsWith(key.second, relative_prefix);
-              });
+    for (auto it = tree_paths_.lower_bound(TreePath{tree, relative_prefix});
+         it != tree_paths_.end() && (*it)->tree == tree &&
+         absl::StartsWith((*it)->name, relative_prefix);
+         ++it) {
+      below.push_back(*it);
+    }
   } else {
     // The directory holds whole trees (a root, or above one): all their names.
     for (const std::unique_ptr<Tree>& tree : trees_) {
       const std::string& root = tree->root->path();
       if (root != directory && !absl::StartsWith(root, prefix)) continue;
-      for (auto it = tree_paths_.lower_bound({tree.get(), ""});
-           it != tree_paths_.end() && it->first.first == tree.get(); ++it) {
-        below.push_back(it->second);
+      for (auto it = tree_paths_.lower_bound(TreePath{tree.get(), ""});
+           it != tree_paths_.end() && (*it)->tree == tree.get(); ++it) {
+        below.push_back(*it);
       }
     }
   }
-  add_range(own_paths_, directory, prefix,
-            [&](const std::string& key) { return absl::StartsWith(key, prefix); });
+  if (auto it = own_paths_.find(directory); it != own_paths_.end()) below.push_back(it->second);
+  for (auto it = own_paths_.lower_bound(prefix);
+       it != own_paths_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    below.push_back(it->second);
+  }
   return below;
 }
 

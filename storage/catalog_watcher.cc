@@ -364,22 +364,23 @@ void Catalog::TakeLease(FileEntry& entry) {
   int lease_error = 0;
   bool leased;
   uint64_t breaks;
+  OpenFile& open = Open(entry);
   {
     std::lock_guard lock(lease_mu_);
-    if (!entry.leased.load(std::memory_order_relaxed)) {
-      if (fcntl(entry.inode_fd, F_SETLEASE, F_RDLCK) == 0) {
-        entry.leased.store(true, std::memory_order_relaxed);
+    if (!open.leased.load(std::memory_order_relaxed)) {
+      if (fcntl(open.fd, F_SETLEASE, F_RDLCK) == 0) {
+        open.leased.store(true, std::memory_order_relaxed);
         // Taking a lease makes the whole process the descriptor's signal owner again: aim the
         // break signal back at the lease thread. (In between, it would be process-directed:
         // BlockLeaseSignals keeps other threads from taking it.)
-        lease_signals_->Aim(entry.inode_fd);
+        lease_signals_->Aim(open.fd);
       } else {
         lease_error = errno;
         refusal = LeaseRefusal(lease_error);
       }
     }
-    leased = entry.leased.load(std::memory_order_relaxed);
-    breaks = entry.lease_breaks;
+    leased = open.leased.load(std::memory_order_relaxed);
+    breaks = open.lease_breaks;
   }
   // The lease first, then the map under it (a writeback, and for small files a read back):
   // mapping first would let a writer in unseen. A break meanwhile wins (PublishUnlessBroken).
@@ -414,8 +415,9 @@ bool Catalog::PublishUnlessBroken(FileEntry& entry, std::unique_ptr<const FileVe
   std::unique_ptr<const FileVersion> old;
   {
     std::lock_guard lock(lease_mu_);
-    if (entry.lease_breaks != breaks) return false;  // a writer came: the file route stays
-    if (version->epoch_domain != 0) entry.raw_domain = version->epoch_domain;
+    OpenFile& open = Open(entry);
+    if (open.lease_breaks != breaks) return false;  // a writer came: the file route stays
+    if (version->epoch_domain != 0) open.raw_domain = version->epoch_domain;
     std::lock_guard versions_lock(versions_mu_);
     old = std::move(entry.owned);
     entry.owned = std::move(version);
@@ -427,9 +429,11 @@ bool Catalog::PublishUnlessBroken(FileEntry& entry, std::unique_ptr<const FileVe
 
 void Catalog::DropLease(FileEntry& entry) {
   std::lock_guard lock(lease_mu_);
-  if (entry.leased.load(std::memory_order_relaxed)) {
-    fcntl(entry.inode_fd, F_SETLEASE, F_UNLCK);
-    entry.leased.store(false, std::memory_order_relaxed);
+  if (entry.cold()) return;
+  OpenFile& open = Open(entry);
+  if (open.leased.load(std::memory_order_relaxed)) {
+    fcntl(open.fd, F_SETLEASE, F_UNLCK);
+    open.leased.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -479,8 +483,8 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
   if (problem.ok()) {
     const bool was_served = entry.present;
     entry.present = true;
-    if (!entry.cold() && InodeOf(st) == entry.inode) return;  // the name still serves that file
-    if (entry.cold() && entry.owned == nullptr) return;       // the next read opens what is there
+    if (!entry.cold() && InodeOf(st) == Open(entry).inode) return;  // it still serves that file
+    if (entry.cold() && entry.owned == nullptr) return;  // the next read opens what is there
     // Another file, or a regular file again: made cold, so the next read opens it. The old file
     // stays open (and leased) until reads that may use it have finished (Evict).
     to_close.push_back(&entry);
@@ -508,7 +512,7 @@ void Catalog::Rebind(FileEntry& entry, std::vector<FileEntry*>& to_close,
 void Catalog::Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>& gone) {
   std::vector<FileEntry*> served;
   served.reserve(tree_paths_.size() + own_paths_.size());
-  for (const auto& [path, entry] : tree_paths_) served.push_back(entry);
+  for (FileEntry* entry : tree_paths_) served.push_back(entry);
   for (const auto& [path, entry] : own_paths_) served.push_back(entry);
   for (FileEntry* entry : served) Rebind(*entry, to_close, gone);
 }
@@ -516,7 +520,7 @@ void Catalog::Rescan(std::vector<FileEntry*>& to_close, std::vector<FileEntry*>&
 void Catalog::RetryLeases() {
   const std::vector<FileEntry*> retry(retry_leases_.begin(), retry_leases_.end());
   for (FileEntry* entry : retry) {
-    if (!entry->leased.load(std::memory_order_relaxed) && entry->present && !entry->cold()) {
+    if (entry->present && !entry->cold() && !Open(*entry).leased.load(std::memory_order_relaxed)) {
       TakeLease(*entry);
     } else {
       retry_leases_.erase(entry);

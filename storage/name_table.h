@@ -5,8 +5,9 @@
 // no reader can still be using them (storage/read_epochs.h). A million names make shards of about
 // a thousand, so creating a file copies a thousand names, not a million.
 //
-// Keys are views of the entries' own `name` strings (no copy per shard, nor per name): an entry's
-// name must not change while any shard, published or retired, holds it.
+// A shard holds the entries themselves (a pointer each), found by their own `name` strings (no
+// copy of a name anywhere): an entry's name must not change while any shard, published or
+// retired, holds it.
 #ifndef BLOCKREAD_STORAGE_NAME_TABLE_H_
 #define BLOCKREAD_STORAGE_NAME_TABLE_H_
 
@@ -17,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
 
 namespace blockread::storage {
@@ -29,8 +31,23 @@ namespace blockread::storage {
 // thread (or the owner's lock).
 template <typename Entry>
 class NameTable {
+  // Entries hash and compare by name, and are found by a name alone.
+  struct ByName {
+    using is_transparent = void;
+    static absl::string_view NameOf(absl::string_view name) { return name; }
+    static absl::string_view NameOf(const Entry* entry) { return entry->name; }
+    template <typename T>
+    size_t operator()(const T& key) const {
+      return absl::Hash<absl::string_view>()(NameOf(key));
+    }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return NameOf(a) == NameOf(b);
+    }
+  };
+
  public:
-  using Shard = absl::flat_hash_map<absl::string_view, Entry*>;
+  using Shard = absl::flat_hash_set<Entry*, ByName, ByName>;
   // Shards replaced by Change(): free them once no reader can be using them.
   using Retired = std::vector<std::unique_ptr<const Shard>>;
 
@@ -48,13 +65,12 @@ class NameTable {
     const size_t hash = typename Shard::hasher()(name);
     const Shard& shard = *shards_[ShardOf(hash)].load(std::memory_order_acquire);
     auto it = shard.find(name, hash);
-    return it == shard.end() ? nullptr : it->second;
+    return it == shard.end() ? nullptr : *it;
   }
 
   // Before any reader: adds `entry` under its name in place. False when the name is taken.
   bool InsertBeforeReaders(Entry* entry) {
-    const bool inserted =
-        Owned(entry->name).try_emplace(absl::string_view(entry->name), entry).second;
+    const bool inserted = Owned(entry->name).insert(entry).second;
     size_ += inserted;
     return inserted;
   }
@@ -72,14 +88,14 @@ class NameTable {
     };
     for (Entry* entry : gone) {
       Shard& shard = copy_of(entry->name);
-      auto it = shard.find(entry->name);
-      if (it != shard.end() && it->second == entry) {
+      auto it = shard.find(absl::string_view(entry->name));
+      if (it != shard.end() && *it == entry) {
         shard.erase(it);
         --size_;
       }
     }
     for (Entry* entry : added) {
-      if (copy_of(entry->name).try_emplace(absl::string_view(entry->name), entry).second) {
+      if (copy_of(entry->name).insert(entry).second) {
         ++size_;
       } else {
         refused->push_back(entry);
@@ -99,7 +115,7 @@ class NameTable {
   template <typename Fn>
   void ForEach(Fn fn) const {
     for (const auto& shard : owned_) {
-      for (const auto& [name, entry] : *shard) fn(name, entry);
+      for (Entry* entry : *shard) fn(absl::string_view(entry->name), entry);
     }
   }
   size_t size() const { return size_; }
