@@ -185,11 +185,12 @@ TEST_F(QosTest, AStreamStaysWithinItsBytesPerSecond) {
 }
 
 TEST_F(QosTest, AReadTheLimitWouldStartAfterItsDeadlineIsRefusedAtOnce) {
-  // Eight threads at 200 reads/s build a backlog of ~40 ms per round; a 5 ms deadline cannot wait
-  // for it.
+  // 32 threads at 200 reads/s build a backlog of ~160 ms per round; a 20 ms deadline cannot wait
+  // for it. (Not fewer threads or a shorter deadline: under a sanitizer on a loaded machine, calls
+  // came too slowly to build a backlog, or their deadlines passed in the client first.)
   std::atomic<uint64_t> ok{0}, refused{0}, other{0};
-  UnaryReads("slow-token", 8, Clock::now() + std::chrono::seconds(1), std::chrono::milliseconds(5),
-             ok, refused, other);
+  UnaryReads("slow-token", 32, Clock::now() + std::chrono::seconds(1),
+             std::chrono::milliseconds(20), ok, refused, other);
   EXPECT_GT(refused.load(), 0u);
   EXPECT_NE(first_refusal_.find("identity 'slow' is over its rate limit (max_iops = 200"),
             std::string::npos)
