@@ -29,6 +29,9 @@ absl::StatusOr<DeviceId> Catalog::AddDevice(std::unique_ptr<Device> device) {
     state->identity = IdentifyDisk(device->fd(), device->device_number(), device->size(),
                                    device->logical_block_size());
   }
+  // The lease thread may be at a break (a file imported earlier), reading devices_: no device
+  // moves under it. (Workers read devices_ only once they are sealed.)
+  std::lock_guard lock(lease_mu_);
   epoch_domains_.push_back(
       device->kind() == DeviceKind::kBlockDevice
           ? static_cast<uint8_t>(1 + block_devices_++ % (ReadEpochs::kDomains - 1))

@@ -71,8 +71,6 @@ void Catalog::GrowOpenSlots() {
   const size_t first = open_slot_count_;
   // At least one slot, whatever the limit: a cache of none could open nothing.
   const size_t slots = std::max<size_t>(std::min(target, first + room), std::max<size_t>(first, 1));
-  // The lease thread may be at a break: no slot, nor device, moves under it.
-  std::lock_guard lock(lease_mu_);
   for (size_t i = first; i < slots; ++i) {
     const int placeholder = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (placeholder < 0) {
@@ -86,6 +84,7 @@ void Catalog::GrowOpenSlots() {
     auto slot = std::make_unique<OpenFile>();
     slot->device = *added;
     slot->fd = devices_[*added]->fd();
+    std::lock_guard lock(lease_mu_);  // the lease thread may be at a break: no slot moves under it
     open_files_.push_back(std::move(slot));
   }
   open_slot_count_ = open_files_.size();
