@@ -185,12 +185,13 @@ TEST_F(QosTest, AStreamStaysWithinItsBytesPerSecond) {
 }
 
 TEST_F(QosTest, AReadTheLimitWouldStartAfterItsDeadlineIsRefusedAtOnce) {
-  // 32 threads at 200 reads/s build a backlog of ~160 ms per round; a 20 ms deadline cannot wait
-  // for it. (Not fewer threads or a shorter deadline: under a sanitizer on a loaded machine, calls
-  // came too slowly to build a backlog, or their deadlines passed in the client first.)
+  // 64 threads at 200 reads/s build a backlog of ~320 ms per round; a 100 ms deadline cannot wait
+  // for it. (Not fewer threads or a shorter deadline: under ASan beside another suite, a call's
+  // round trip can pass 20 ms, so its deadline passed in the client before the server's refusal
+  // came back, and no refusal was seen.)
   std::atomic<uint64_t> ok{0}, refused{0}, other{0};
-  UnaryReads("slow-token", 32, Clock::now() + std::chrono::seconds(1),
-             std::chrono::milliseconds(20), ok, refused, other);
+  UnaryReads("slow-token", 64, Clock::now() + std::chrono::seconds(1),
+             std::chrono::milliseconds(100), ok, refused, other);
   EXPECT_GT(refused.load(), 0u);
   EXPECT_NE(first_refusal_.find("identity 'slow' is over its rate limit (max_iops = 200"),
             std::string::npos)
