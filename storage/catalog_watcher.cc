@@ -353,8 +353,10 @@ Catalog::Catalog() : names_generation_(static_cast<uint64_t>(absl::ToUnixNanos(a
 Catalog::~Catalog() {
   // Stopped before watcher_ is reset: its handlers use watcher_ until the thread exits. No handler
   // runs after this; the devices close their descriptors.
-  lease_signals_.reset();  // its breaks wake the watcher
+  // The watcher first: its handlers aim lease signals at the lease thread. Then the lease
+  // thread, whose breaks still wake the (stopped, not yet freed) watcher.
   if (watcher_) watcher_->Stop();
+  lease_signals_.reset();
   watcher_.reset();
 }
 
