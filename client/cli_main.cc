@@ -3,7 +3,6 @@
 // Exit codes: 0 ok; 1 other error; 2 usage; 3 server unreachable (UNAVAILABLE, deadline);
 // 4 not found (NOT_FOUND); 5 bad range or argument (OUT_OF_RANGE, INVALID_ARGUMENT);
 // for `health`, 1 when the server answers but is not SERVING.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +26,7 @@
 #include "client/units.h"
 #include "proto/wire/crc32c.h"
 #include "proto/wire/labels.h"
+#include "proto/wire/process_tuning.h"
 
 namespace blockread::client {
 namespace {
@@ -357,9 +357,6 @@ int Main(int argc, char** argv) {
 }  // namespace blockread::client
 
 int main(int argc, char** argv) {
-  // Received messages of 128 KiB and more would otherwise be mmap'd and unmapped (or trimmed
-  // from the heap) one by one, page-faulting every response buffer in again under load.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  blockread::wire::TuneProcess();
   return blockread::client::Main(argc, argv);
 }

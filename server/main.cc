@@ -1,5 +1,4 @@
 // blockread-server: serves reads of files straight from the devices that hold them.
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -10,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "proto/wire/process_tuning.h"
 #include "server/config.h"
 #include "server/server.h"
 #include "storage/catalog.h"
@@ -25,11 +25,7 @@ int main(int raw_argc, char** raw_argv) {
   args.push_back(nullptr);
   int argc = raw_argc;
   char** argv = args.data();
-  // Responses hold up to max_read_bytes each. glibc maps blocks of 128 KiB and more afresh and
-  // trims freed heap above 2x that, so every big response page-faulted its buffer in again
-  // (6% of server CPU at 128 KiB reads); keep such blocks on the heap and the heap in place.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  blockread::wire::TuneProcess();
 
   // Block the stop signals in every thread (gRPC's threads inherit this mask) so the main thread
   // alone takes them, with sigwait, and shuts down in order.
