@@ -16,18 +16,19 @@
 namespace blockread::server {
 namespace {
 
-// Fills the fields ReadBlockResponse and ReadResult share from a successful engine result, all but
-// the data.
-template <typename Message>
-void FillFromResult(Message& message, const storage::ReadResult& result, bool want_crc32c,
+// What a successful read's response says besides its data.
+ReadFields FieldsOf(const storage::ReadResult& result, uint64_t tag, bool want_crc32c,
                     uint64_t arrival_ns) {
-  message.set_path(ToProto(result.path));
-  message.set_fallback(ToProto(result.path, result.fallback));
-  if (want_crc32c) message.set_crc32c(wire::Crc32c(result.data, result.length));
-  v1::ServerTiming* timing = message.mutable_timing();
-  timing->set_queue_ns(result.queue_ns);
-  timing->set_device_ns(result.device_ns);
-  timing->set_total_ns(storage::MonotonicNowNs() - arrival_ns);
+  ReadFields fields;
+  fields.tag = tag;
+  fields.path = ToProto(result.path);
+  fields.fallback = ToProto(result.path, result.fallback);
+  fields.has_crc32c = want_crc32c;
+  if (want_crc32c) fields.crc32c = wire::Crc32c(result.data, result.length);
+  fields.queue_ns = result.queue_ns;
+  fields.device_ns = result.device_ns;
+  fields.total_ns = storage::MonotonicNowNs() - arrival_ns;
+  return fields;
 }
 
 absl::Status QueueFull(Worker& worker) {
@@ -204,7 +205,7 @@ Admission ReadBlockCall::TryStart() {
     case storage::StartOutcome::kBusy:
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
-    case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
+    case storage::StartOutcome::kOpening:       // only this call waits while its file is opened
     case storage::StartOutcome::kNameChanging:  // or while its name changes
       return Admission::kDeviceBusy;
   }
@@ -221,22 +222,22 @@ bool ReadBlockCall::OnReadDone(void* context, const storage::ReadResult& result)
           ToGrpcStatus(ReadFailed(call->request_.file(), call->request_.offset(), result.status)));
     } else {
       CountServed(call->identity(), result.length);
-      v1::ReadBlockResponse response;
-      FillFromResult(response, result, call->request_.want_crc32c(), call->arrival_ns_);
+      // The other fields and the data field's header, then the data: the slot's bytes as they
+      // are, or a copy in the same slice.
+      std::string header;
+      AppendReadBlockResponseHeader(
+          FieldsOf(result, 0, call->request_.want_crc32c(), call->arrival_ns_), result.length,
+          &header);
       SlotLender& lender = call->worker_.lender();
       grpc::ByteBuffer buffer;
       if (result.length >= kMinZeroCopyBytes && lender.TryHold(result.path, nullptr)) {
-        // The other fields and the data field's header, then the slot's bytes as they are.
-        std::string header;
-        AppendMessageWithData(response, v1::ReadBlockResponse::kDataFieldNumber, result.length,
-                              &header);
         grpc::Slice slices[2] = {grpc::Slice(header), lender.Lend(HeldSlotOf(result), nullptr)};
         buffer = grpc::ByteBuffer(slices, 2);
         keep_slot = true;  // until gRPC releases the slice (even if Finish cannot start)
       } else {
-        response.set_data(result.data, result.length);
-        bool own_buffer;
-        grpc::SerializationTraits<v1::ReadBlockResponse>::Serialize(response, &buffer, &own_buffer);
+        header.append(static_cast<const char*>(result.data), result.length);
+        grpc::Slice slice(header);
+        buffer = grpc::ByteBuffer(&slice, 1);
       }
       call->FinishWith(grpc::Status::OK, buffer);
     }
@@ -437,7 +438,7 @@ Admission ReadBlocksCall::TryStart(StreamRead& read) {
     case storage::StartOutcome::kBusy:
       return Admission::kSlotsBusy;
     case storage::StartOutcome::kDeviceBusy:
-    case storage::StartOutcome::kOpening:  // only this call waits while its file is opened
+    case storage::StartOutcome::kOpening:       // only this call waits while its file is opened
     case storage::StartOutcome::kNameChanging:  // or while its name changes
       return Admission::kDeviceBusy;
   }
@@ -465,17 +466,15 @@ bool ReadBlocksCall::OnReadDone(void* context, const storage::ReadResult& result
                      ReadFailed(read->item.file(), read->item.offset(), result.status));
     } else {
       CountServed(call->identity(), result.length);
-      v1::ReadResult out;
-      out.set_tag(read->item.tag());
-      FillFromResult(out, result, read->item.want_crc32c(), read->arrival_ns);
+      const ReadFields fields =
+          FieldsOf(result, read->item.tag(), read->item.want_crc32c(), read->arrival_ns);
       if (result.length >= kMinZeroCopyBytes &&
           call->worker_.lender().TryHold(result.path, &call->slots_)) {
         // The result's header now; its data goes from the slot when the message is written.
-        call->gathered_.AddHeld(out, HeldSlotOf(result));
+        call->gathered_.AddHeld(fields, HeldSlotOf(result));
         keep_slot = true;
       } else {
-        out.set_data(result.data, result.length);
-        call->gathered_.AddCopied(out);
+        call->gathered_.AddCopied(fields, result.data, result.length);
       }
       call->ScheduleFlush();
     }
@@ -490,7 +489,7 @@ void ReadBlocksCall::AddError(uint64_t tag, const absl::Status& status) {
   v1::ReadResult out;
   out.set_tag(tag);
   FillStatus(status, &out);
-  gathered_.AddCopied(out);
+  gathered_.AddMessage(out);
   ScheduleFlush();
 }
 

@@ -4,19 +4,26 @@
 
 namespace blockread::server {
 
-void ResultBatch::AddCopied(const v1::ReadResult& result) {
+void ResultBatch::AddCopied(const ReadFields& fields, const void* data, uint64_t length) {
   const size_t before = bytes_.size();
-  AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, result, &bytes_);
+  AppendReadResultHeader(fields, length, &bytes_);
+  bytes_.append(static_cast<const char*>(data), length);
   results_.push_back(Result{bytes_.size(), false, HeldSlot()});
   size_ += bytes_.size() - before;
 }
 
-void ResultBatch::AddHeld(const v1::ReadResult& result, const HeldSlot& slot) {
+void ResultBatch::AddHeld(const ReadFields& fields, const HeldSlot& slot) {
   const size_t before = bytes_.size();
-  AppendSubmessageWithData(v1::ReadBlocksResponse::kResultsFieldNumber, result,
-                           v1::ReadResult::kDataFieldNumber, slot.length, &bytes_);
+  AppendReadResultHeader(fields, slot.length, &bytes_);
   results_.push_back(Result{bytes_.size(), true, slot});
   size_ += bytes_.size() - before + slot.length;
+}
+
+void ResultBatch::AddMessage(const v1::ReadResult& result) {
+  const size_t before = bytes_.size();
+  AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, result, &bytes_);
+  results_.push_back(Result{bytes_.size(), false, HeldSlot()});
+  size_ += bytes_.size() - before;
 }
 
 ResultBatch::Message ResultBatch::Next(uint64_t limit) const {

@@ -1,6 +1,6 @@
 // A ReadBlocks stream's results waiting for its next response messages, and how they are cut into
-// messages. No gRPC in it, so the stream fuzz target (tests/fuzz/stream_requests_fuzzer.cc) runs the
-// very code the stream does.
+// messages. No gRPC in it, so the stream fuzz target (tests/fuzz/stream_requests_fuzzer.cc) runs
+// the very code the stream does.
 //
 // The results are kept as their wire bytes: each is a `results` field of a ReadBlocksResponse
 // (server/response_encoding.h), so a message is the concatenation of some of them. A result whose
@@ -16,6 +16,7 @@
 
 #include "blockread/v1/blockread.pb.h"
 #include "server/held_slot.h"
+#include "server/response_encoding.h"
 
 namespace blockread::server {
 
@@ -35,11 +36,12 @@ class ResultBatch {
     uint64_t size = 0;
   };
 
-  // Appends `result` whole, its data copied.
-  void AddCopied(const v1::ReadResult& result);
-  // Appends `result`'s fields and the header of its data field; the data, slot.length bytes,
-  // follows from `slot`. REQUIRES: result.data() is empty.
-  void AddHeld(const v1::ReadResult& result, const HeldSlot& slot);
+  // Appends a successful read's result, its `length` bytes of data copied.
+  void AddCopied(const ReadFields& fields, const void* data, uint64_t length);
+  // Appends a successful read's result whose data, slot.length bytes, follows from `slot`.
+  void AddHeld(const ReadFields& fields, const HeldSlot& slot);
+  // Appends `result` whole (a failed read's).
+  void AddMessage(const v1::ReadResult& result);
 
   bool empty() const { return results_.empty(); }
   // Wire bytes of every result waiting, held data included.

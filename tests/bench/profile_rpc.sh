@@ -4,7 +4,8 @@
 # device, in unary and in stream mode; prints instructions per read for each process and the
 # server's main inclusive costs per read, and the largest callers of the server's memcpy.
 # Instruction counts do not depend on the machine's speed, so they compare across runs where
-# wall-clock figures cannot.
+# wall-clock figures cannot. Each mode runs twice, N and 2N reads: the figures are the difference
+# over the extra reads, so start-up and teardown do not count.
 #
 #   tests/bench/profile_rpc.sh [--reads=20000] [--connections=4] [--qd=8] [--batch=8]
 # Output files stay in $PROFILE_DIR (default /tmp/blockread-profile) for callgrind_annotate.
@@ -17,7 +18,7 @@ for arg in "$@"; do
     --connections=*) connections=${arg#*=} ;;
     --qd=*) qd=${arg#*=} ;;
     --batch=*) batch=${arg#*=} ;;
-    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "profile_rpc.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,44 +48,61 @@ inclusive_ir() {  # file, function pattern
                      END {print max + 0}'
 }
 
-for mode in unary stream; do
+# One run of `mode` with `count` reads under callgrind, server and client: leaves
+# $out/{server,client}-$mode-$count.out and $out/load-$mode-$count.json.
+profile_run() {  # mode count
+  local mode=$1 count=$2 port b=1
   port=$((20000 + RANDOM % 20000))
-  taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/server-$mode.out" \
+  taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/server-$mode-$count.out" \
     "$build/server/blockread-server" --cpus=0 --data-dir="$out/data" --listen=127.0.0.1:$port \
-    --metrics-listen= >"$out/server-$mode.stdout" 2>"$out/server-$mode.log" &
+    --metrics-listen= >"$out/server-$mode-$count.stdout" 2>"$out/server-$mode-$count.log" &
   server_pid=$!
-  for _ in $(seq 120); do grep -q listening "$out/server-$mode.stdout" 2>/dev/null && break; sleep 0.5; done
+  for _ in $(seq 120); do grep -q listening "$out/server-$mode-$count.stdout" 2>/dev/null && break; sleep 0.5; done
   # Then one call through, with no short deadline: under callgrind on a busy machine the server's
   # first calls took longer than the load's 10 s per call, and the load failed DEADLINE_EXCEEDED.
   "$build/client/blockread" --target=127.0.0.1:$port --timeout-ms=300000 health >/dev/null
-  b=1
   [ "$mode" = stream ] && b=$batch
-  taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out/client-$mode.out" \
+  taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out/client-$mode-$count.out" \
     "$build/client/blockread" load --target=127.0.0.1:$port --file=large --bs=4k \
     --threads="$connections" --channels="$connections" --qd="$qd" --mode="$mode" --batch="$b" \
-    --number="$reads" --output=json >"$out/load-$mode.json" 2>"$out/client-$mode.log"
+    --number="$count" --output=json >"$out/load-$mode-$count.json" 2>"$out/client-$mode-$count.log"
   kill -INT "$server_pid"; wait "$server_pid" || true
   server_pid=""
-  n=$(jq .issued "$out/load-$mode.json")
-  per() { awk -v a="$1" -v n="$n" 'BEGIN { printf "%8.0f", a / n }'; }
-  s=$out/server-$mode.out
-  echo "$mode ($connections connections x QD$qd, batch $b, $n reads): instructions per read"
-  echo "  client process total           $(per "$(total_ir "$out/client-$mode.out")")"
-  echo "  server process total           $(per "$(total_ir "$s")")"
-  echo "    gRPC queue polling/transport $(per "$(inclusive_ir "$s" "CompletionQueue::AsyncNextInternal")")"
-  echo "    engine PollOnce (+callbacks) $(per "$(inclusive_ir "$s" "EngineContext::PollOnce()")")"
-  echo "    engine StartRead             $(per "$(inclusive_ir "$s" "EngineContext::StartRead(")")"
+}
+
+# Per read: the difference between a run of 2N reads and a run of N, over the extra reads, so
+# process start and exit (loading, connecting, tearing down: tens of millions of instructions)
+# do not count.
+for mode in unary stream; do
+  profile_run "$mode" "$reads"
+  profile_run "$mode" "$((2 * reads))"
+  n1=$(jq .issued "$out/load-$mode-$reads.json")
+  n2=$(jq .issued "$out/load-$mode-$((2 * reads)).json")
+  per() { awk -v a="$1" -v b="$2" -v n="$((n2 - n1))" 'BEGIN { printf "%8.0f", (b - a) / n }'; }
+  s1=$out/server-$mode-$reads.out s2=$out/server-$mode-$((2 * reads)).out
+  c1=$out/client-$mode-$reads.out c2=$out/client-$mode-$((2 * reads)).out
+  server_inclusive() {  # function pattern
+    per "$(inclusive_ir "$s1" "$1")" "$(inclusive_ir "$s2" "$1")"
+  }
+  b=1
+  [ "$mode" = stream ] && b=$batch
+  echo "$mode ($connections connections x QD$qd, batch $b; $n2 - $n1 reads): instructions per read"
+  echo "  client process total           $(per "$(total_ir "$c1")" "$(total_ir "$c2")")"
+  echo "  server process total           $(per "$(total_ir "$s1")" "$(total_ir "$s2")")"
+  echo "    gRPC queue polling/transport $(server_inclusive "CompletionQueue::AsyncNextInternal")"
+  echo "    engine PollOnce (+callbacks) $(server_inclusive "EngineContext::PollOnce()")"
+  echo "    engine StartRead             $(server_inclusive "EngineContext::StartRead(")"
   if [ "$mode" = unary ]; then
-    echo "    ReadBlockCall::OnReadDone    $(per "$(inclusive_ir "$s" "ReadBlockCall::OnReadDone(")")"
-    echo "    ReadBlockCall::OnEvent       $(per "$(inclusive_ir "$s" "ReadBlockCall::OnEvent(")")"
+    echo "    ReadBlockCall::OnReadDone    $(server_inclusive "ReadBlockCall::OnReadDone(")"
+    echo "    ReadBlockCall::OnEvent       $(server_inclusive "ReadBlockCall::OnEvent(")"
   else
-    echo "    ReadBlocksCall::OnReadDone   $(per "$(inclusive_ir "$s" "ReadBlocksCall::OnReadDone(")")"
-    echo "    ReadBlocksCall::OnEvent      $(per "$(inclusive_ir "$s" "ReadBlocksCall::OnEvent(")")"
-    echo "    ReadBlocksCall::Flush        $(per "$(inclusive_ir "$s" "ReadBlocksCall::Flush()")")"
+    echo "    ReadBlocksCall::OnReadDone   $(server_inclusive "ReadBlocksCall::OnReadDone(")"
+    echo "    ReadBlocksCall::OnEvent      $(server_inclusive "ReadBlocksCall::OnEvent(")"
+    echo "    ReadBlocksCall::Flush        $(server_inclusive "ReadBlocksCall::Flush()")"
   fi
-  echo "    memcpy                       $(per "$(inclusive_ir "$s" "__memcpy_avx_unaligned_erms")")"
-  # (The annotate pipelines stop reading early: SIGPIPE upstream is expected, not a failure.)
-  memcpy_callers "$s" 3 | while read -r ir name; do
-    echo "      from $(per "$ir")   ${name:0:70}"
+  echo "    memcpy                       $(server_inclusive "__memcpy_avx_unaligned_erms")"
+  # Of the longer run (the annotate pipelines stop reading early: SIGPIPE upstream is expected).
+  memcpy_callers "$s2" 3 | while read -r ir name; do
+    echo "      from $(awk -v a="$ir" -v n="$n2" 'BEGIN { printf "%8.0f", a / n }')   ${name:0:70}"
   done || true
 done

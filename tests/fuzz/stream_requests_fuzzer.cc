@@ -156,7 +156,7 @@ void AddError(Stream& stream, uint64_t tag, const absl::Status& status) {
   out.set_tag(tag);
   out.set_code(static_cast<int>(status.code()));
   out.set_error_message(std::string(status.message()));
-  stream.batch.AddCopied(out);
+  stream.batch.AddMessage(out);
 }
 
 bool OnDone(void* context, const ReadResult& result) {
@@ -165,16 +165,15 @@ bool OnDone(void* context, const ReadResult& result) {
     AddError(*read.stream, read.tag, result.status);
     return false;
   }
-  v1::ReadResult out;
-  out.set_tag(read.tag);
-  out.set_path(result.path == ReadPathKind::kSimple ? v1::SIMPLE : v1::GENERIC);
-  out.mutable_timing()->set_device_ns(result.device_ns);
+  server::ReadFields fields;
+  fields.tag = read.tag;
+  fields.path = result.path == ReadPathKind::kSimple ? v1::SIMPLE : v1::GENERIC;
+  fields.device_ns = result.device_ns;
   if (result.length >= kMinZeroCopyBytes) {
-    read.stream->batch.AddHeld(out, server::HeldSlotOf(result));
+    read.stream->batch.AddHeld(fields, server::HeldSlotOf(result));
     return true;
   }
-  out.set_data(result.data, result.length);
-  read.stream->batch.AddCopied(out);
+  read.stream->batch.AddCopied(fields, result.data, result.length);
   return false;
 }
 

@@ -1,8 +1,9 @@
-// The hand-written field headers around zero-copy data: what the server sends must parse, with
-// the generated code, into exactly the message protobuf itself would have sent.
+// The hand-written responses of successful reads: what the server sends must parse, with the
+// generated code, into exactly the message protobuf itself would have sent, and be no longer.
 #include "server/response_encoding.h"
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "blockread/v1/blockread.pb.h"
@@ -21,35 +22,60 @@ std::string Bytes(uint64_t length, char seed) {
   return data;
 }
 
-v1::ServerTiming Timing() {
-  v1::ServerTiming timing;
-  timing.set_queue_ns(123);
-  timing.set_device_ns(45678);
-  timing.set_total_ns(1ull << 40);
-  return timing;
+// Fields at the edges of their encodings: zero (left out), one-byte and multi-byte varints, the
+// largest values, a present CRC of 0.
+std::vector<ReadFields> FieldVariants() {
+  std::vector<ReadFields> variants;
+  variants.push_back(ReadFields{});
+  ReadFields fields;
+  fields.tag = 1;
+  fields.path = v1::SIMPLE;
+  fields.device_ns = 45678;
+  variants.push_back(fields);
+  fields.tag = ~uint64_t{0};
+  fields.path = v1::GENERIC;
+  fields.fallback = v1::FALLBACK_UNALIGNED;
+  fields.queue_ns = 123;
+  fields.total_ns = uint64_t{1} << 40;
+  fields.has_crc32c = true;
+  fields.crc32c = 0;
+  variants.push_back(fields);
+  fields.queue_ns = fields.device_ns = fields.total_ns = ~uint64_t{0};
+  fields.crc32c = 0xdeadbeef;
+  fields.tag = 127;
+  variants.push_back(fields);
+  return variants;
 }
 
-TEST(ResponseEncodingTest, ReadBlockResponseParsesAsIfProtobufHadWrittenIt) {
-  for (const uint64_t length : kLengths) {
-    for (const bool crc : {false, true}) {
-      v1::ReadBlockResponse fields;
-      fields.set_path(v1::GENERIC);
-      fields.set_fallback(v1::FALLBACK_UNALIGNED);
-      *fields.mutable_timing() = Timing();
-      if (crc) fields.set_crc32c(0xdeadbeef);
-      const std::string data = Bytes(length, 'a');
+// What protobuf itself builds from `fields` and `data`.
+template <typename Message>
+Message Built(const ReadFields& fields, const std::string& data) {
+  Message message;
+  if constexpr (std::is_same_v<Message, v1::ReadResult>) message.set_tag(fields.tag);
+  message.set_path(fields.path);
+  message.set_fallback(fields.fallback);
+  v1::ServerTiming* timing = message.mutable_timing();
+  timing->set_queue_ns(fields.queue_ns);
+  timing->set_device_ns(fields.device_ns);
+  timing->set_total_ns(fields.total_ns);
+  if (fields.has_crc32c) message.set_crc32c(fields.crc32c);
+  message.set_data(data);
+  return message;
+}
 
+TEST(ResponseEncodingTest, ReadBlockResponseIsWhatProtobufWouldHaveWritten) {
+  for (const ReadFields& fields : FieldVariants()) {
+    for (const uint64_t length : kLengths) {
+      const std::string data = Bytes(length, 'a');
       std::string wire;
-      AppendMessageWithData(fields, v1::ReadBlockResponse::kDataFieldNumber, length, &wire);
+      AppendReadBlockResponseHeader(fields, length, &wire);
       wire += data;  // what the data slice carries
 
-      v1::ReadBlockResponse expected = fields;
-      expected.set_data(data);
+      const auto expected = Built<v1::ReadBlockResponse>(fields, data);
       v1::ReadBlockResponse parsed;
       ASSERT_TRUE(parsed.ParseFromString(wire)) << length;
       EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString()) << length;
-      EXPECT_EQ(parsed.data(), data);
-      EXPECT_EQ(parsed.has_crc32c(), crc);
+      EXPECT_EQ(parsed.has_crc32c(), fields.has_crc32c);
       EXPECT_EQ(wire.size(),
                 expected.ByteSizeLong() + (length == 0 ? LengthDelimitedHeaderSize(1, 0) : 0))
           << "only an empty data field costs more than protobuf's own encoding";
@@ -60,41 +86,30 @@ TEST(ResponseEncodingTest, ReadBlockResponseParsesAsIfProtobufHadWrittenIt) {
 TEST(ResponseEncodingTest, ReadBlocksResponseMixesLentCopiedAndFailedResults) {
   v1::ReadBlocksResponse expected;
   std::string wire;
-  uint64_t tag = 0;
-  for (const uint64_t length : kLengths) {
-    ++tag;
-    v1::ReadResult fields;
-    fields.set_tag(tag);
-    fields.set_path(v1::SIMPLE);
-    *fields.mutable_timing() = Timing();
-    if (tag % 2 == 0) fields.set_crc32c(static_cast<uint32_t>(tag));
-    const std::string data = Bytes(length, static_cast<char>(tag));
-    if (tag % 3 == 0) {
-      // Copied: the whole result as a submessage.
-      v1::ReadResult copied = fields;
-      copied.set_data(data);
-      AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, copied, &wire);
-    } else {
-      // Lent: header, then the data slice.
-      AppendSubmessageWithData(v1::ReadBlocksResponse::kResultsFieldNumber, fields,
-                               v1::ReadResult::kDataFieldNumber, length, &wire);
+  uint64_t n = 0;
+  for (const ReadFields& fields : FieldVariants()) {
+    for (const uint64_t length : kLengths) {
+      ++n;
+      const std::string data = Bytes(length, static_cast<char>(n));
+      // Header, then the data: from a slot (a slice of its own) or copied behind the header,
+      // the same bytes on the wire.
+      AppendReadResultHeader(fields, length, &wire);
       wire += data;
-    }
-    fields.set_data(data);
-    *expected.add_results() = fields;
+      *expected.add_results() = Built<v1::ReadResult>(fields, data);
 
-    // A failed read between them.
-    v1::ReadResult failed;
-    failed.set_tag(1000 + tag);
-    failed.set_code(11);
-    failed.set_error_message("offset 5 is beyond the end of file x (4 bytes)");
-    AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, failed, &wire);
-    *expected.add_results() = failed;
+      // A failed read between them.
+      v1::ReadResult failed;
+      failed.set_tag(1000 + n);
+      failed.set_code(11);
+      failed.set_error_message("offset 5 is beyond the end of file x (4 bytes)");
+      AppendSubmessage(v1::ReadBlocksResponse::kResultsFieldNumber, failed, &wire);
+      *expected.add_results() = failed;
+    }
   }
   v1::ReadBlocksResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(wire));
   EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
-  EXPECT_EQ(parsed.results_size(), 2 * static_cast<int>(kLengths.size()));
+  EXPECT_EQ(parsed.results_size(), 2 * static_cast<int>(n));
 }
 
 // The stream's batching: messages cut oldest first at the limit (a result larger than it goes
@@ -105,22 +120,26 @@ TEST(ResultBatchTest, MessagesAreCutOldestFirstAtTheLimitAndParseToTheirResults)
   ResultBatch batch;
   std::vector<v1::ReadResult> expected;
   for (uint64_t tag = 0; tag < 6; ++tag) {
-    v1::ReadResult result;
-    result.set_tag(tag);
-    *result.mutable_timing() = Timing();
+    ReadFields fields;
+    fields.tag = tag;
+    fields.path = v1::SIMPLE;
+    fields.device_ns = 45678;
     if (tag % 3 == 1) {  // held: the data stays in its "slot"
       batch.AddHeld(
-          result, HeldSlot{{}, storage::ReadPathKind::kSimple, held_data.data(), held_data.size()});
-      result.set_data(held_data);
+          fields, HeldSlot{{}, storage::ReadPathKind::kSimple, held_data.data(), held_data.size()});
+      expected.push_back(Built<v1::ReadResult>(fields, held_data));
     } else if (tag % 3 == 2) {
-      result.set_code(5);
-      result.set_error_message("file 'x' not found");
-      batch.AddCopied(result);
+      v1::ReadResult failed;
+      failed.set_tag(tag);
+      failed.set_code(5);
+      failed.set_error_message("file 'x' not found");
+      batch.AddMessage(failed);
+      expected.push_back(failed);
     } else {
-      result.set_data(Bytes(100 + tag, 'c'));
-      batch.AddCopied(result);
+      const std::string data = Bytes(100 + tag, 'c');
+      batch.AddCopied(fields, data.data(), data.size());
+      expected.push_back(Built<v1::ReadResult>(fields, data));
     }
-    expected.push_back(result);
   }
   size_t total = 0;
   for (const v1::ReadResult& r : expected) {
@@ -165,10 +184,10 @@ TEST(ResultBatchTest, MessagesAreCutOldestFirstAtTheLimitAndParseToTheirResults)
 TEST(ResultBatchTest, ClearGivesBackEveryHeldSlot) {
   ResultBatch batch;
   const std::string data = Bytes(2000, 'z');
-  v1::ReadResult result;
-  batch.AddCopied(result);
-  batch.AddHeld(result, HeldSlot{{}, storage::ReadPathKind::kGeneric, data.data(), data.size()});
-  batch.AddHeld(result, HeldSlot{{}, storage::ReadPathKind::kSimple, data.data(), 1500});
+  const ReadFields fields;
+  batch.AddCopied(fields, data.data(), 10);
+  batch.AddHeld(fields, HeldSlot{{}, storage::ReadPathKind::kGeneric, data.data(), data.size()});
+  batch.AddHeld(fields, HeldSlot{{}, storage::ReadPathKind::kSimple, data.data(), 1500});
   std::vector<uint64_t> given_back;
   batch.Clear([&](const HeldSlot& slot) { given_back.push_back(slot.length); });
   EXPECT_EQ(given_back, (std::vector<uint64_t>{2000, 1500}));
