@@ -23,6 +23,7 @@
 #include "server/call.h"
 #include "server/paced_reads.h"
 #include "server/result_batch.h"
+#include "server/slice_message.h"
 #include "server/slot_lender.h"
 #include "server/worker.h"
 
@@ -64,11 +65,11 @@ class ReadBlockCall final : public Call, public WaitingRead, public PacedRead {
   // Answers `status`, with `response` when OK (the finish takes its own references to the
   // slices). Nothing is sent once the queue is shutting down.
   void FinishWith(const grpc::Status& status);
-  void FinishWith(const grpc::Status& status, const grpc::ByteBuffer& response);
+  void FinishWith(const grpc::Status& status, const SliceMessage& response);
 
   grpc::ByteBuffer request_buffer_;
   v1::ReadBlockRequest request_;
-  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
+  grpc::ServerAsyncResponseWriter<SliceMessage> responder_;
   CallTag finish_tag_{this, kFinish};
   WaitList wait_list_;
   uint64_t arrival_ns_ = 0;
@@ -118,7 +119,8 @@ class ReadBlocksCall final : public Call, public Flushable {
   void IssueRead();
   // May the caller read `file`? (A stream's reads are checked one by one.)
   bool MayRead(const std::string& file);
-  void StartItem(const v1::ReadItem& item, uint64_t arrival_ns);
+  // Takes `item`'s contents (the request message is parsed afresh for the next one).
+  void StartItem(v1::ReadItem& item, uint64_t arrival_ns);
   // Starts `read`, or queues it for admission; answers it when the queue is full.
   void EnterAdmission(StreamRead& read);
   // `read`'s start time under the caller's rate limit has come.
@@ -140,7 +142,7 @@ class ReadBlocksCall final : public Call, public Flushable {
   StreamRead* NewRead();
   void FreeRead(StreamRead* read);
 
-  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
+  grpc::ServerAsyncReaderWriter<SliceMessage, grpc::ByteBuffer> stream_;
   grpc::ByteBuffer incoming_;
   v1::ReadBlocksRequest request_;
   // Results gathered since the last write, in completion order.

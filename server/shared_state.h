@@ -10,19 +10,34 @@
 #include "blockread/v1/server_config.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/access.h"
+#include "server/slice_message.h"
 #include "storage/catalog.h"
 
 namespace blockread::server {
 
 class Worker;
 
-// The BlockRead service as the workers serve it: ReadBlock and ReadBlocks as raw methods (requests
-// and responses are grpc::ByteBuffers, so response data can be sent from engine buffers without a
-// copy: server/read_calls.h), every other method with its generated async API.
-using BlockReadService = v1::BlockRead::WithRawMethod_ReadBlock<
+using GeneratedBlockReadService = v1::BlockRead::WithRawMethod_ReadBlock<
     v1::BlockRead::WithRawMethod_ReadBlocks<v1::BlockRead::WithAsyncMethod_StatFile<
         v1::BlockRead::WithAsyncMethod_ListFiles<v1::BlockRead::WithAsyncMethod_GetStats<
             v1::BlockRead::WithAsyncMethod_Explain<v1::BlockRead::Service>>>>>>;
+
+// The BlockRead service as the workers serve it: ReadBlock and ReadBlocks as raw methods (requests
+// arrive as grpc::ByteBuffers and responses leave as SliceMessages, so response data can be sent
+// from engine buffers without a copy: server/read_calls.h), every other method with its
+// generated async API.
+class BlockReadService final : public GeneratedBlockReadService {
+ public:
+  // The generated raw methods' requests, with responders typed on SliceMessage.
+  void RequestReadBlock(grpc::ServerContext* context, grpc::ByteBuffer* request,
+                        grpc::ServerAsyncResponseWriter<SliceMessage>* responder,
+                        grpc::CompletionQueue* call_queue,
+                        grpc::ServerCompletionQueue* notification_queue, void* tag);
+  void RequestReadBlocks(grpc::ServerContext* context,
+                         grpc::ServerAsyncReaderWriter<SliceMessage, grpc::ByteBuffer>* stream,
+                         grpc::CompletionQueue* call_queue,
+                         grpc::ServerCompletionQueue* notification_queue, void* tag);
+};
 
 // Built by the server before the workers start; read-only afterwards except `health`.
 struct SharedState {

@@ -7,18 +7,20 @@
 # wall-clock figures cannot. Each mode runs twice, N and 2N reads: the figures are the difference
 # over the extra reads, so start-up and teardown do not count.
 #
-#   tests/bench/profile_rpc.sh [--reads=20000] [--connections=4] [--qd=8] [--batch=8]
+#   tests/bench/profile_rpc.sh [--reads=20000] [--qd=32] [--connections=N] [--batch=N]
+# The load runs with its own defaults for everything but --qd (what a user gets), unless
+# --connections (threads, one channel each, --qd reads in flight each) or --batch are given.
 # Output files stay in $PROFILE_DIR (default /tmp/blockread-profile) for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-reads=20000 connections=4 qd=8 batch=8
+reads=20000 connections="" qd=32 batch=""
 for arg in "$@"; do
   case "$arg" in
     --reads=*) reads=${arg#*=} ;;
     --connections=*) connections=${arg#*=} ;;
     --qd=*) qd=${arg#*=} ;;
     --batch=*) batch=${arg#*=} ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "profile_rpc.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +53,10 @@ inclusive_ir() {  # file, function pattern
 # One run of `mode` with `count` reads under callgrind, server and client: leaves
 # $out/{server,client}-$mode-$count.out and $out/load-$mode-$count.json.
 profile_run() {  # mode count
-  local mode=$1 count=$2 port b=1
+  local mode=$1 count=$2 port
+  local load_flags=(--bs=4k --qd="$qd" --mode="$mode")
+  [ -n "$connections" ] && load_flags+=(--threads="$connections" --channels="$connections")
+  [ -n "$batch" ] && [ "$mode" = stream ] && load_flags+=(--batch="$batch")
   port=$((20000 + RANDOM % 20000))
   taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/server-$mode-$count.out" \
     "$build/server/blockread-server" --cpus=0 --data-dir="$out/data" --listen=127.0.0.1:$port \
@@ -61,10 +66,8 @@ profile_run() {  # mode count
   # Then one call through, with no short deadline: under callgrind on a busy machine the server's
   # first calls took longer than the load's 10 s per call, and the load failed DEADLINE_EXCEEDED.
   "$build/client/blockread" --target=127.0.0.1:$port --timeout-ms=300000 health >/dev/null
-  [ "$mode" = stream ] && b=$batch
   taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out/client-$mode-$count.out" \
-    "$build/client/blockread" load --target=127.0.0.1:$port --file=large --bs=4k \
-    --threads="$connections" --channels="$connections" --qd="$qd" --mode="$mode" --batch="$b" \
+    "$build/client/blockread" load --target=127.0.0.1:$port --file=large "${load_flags[@]}" \
     --number="$count" --output=json >"$out/load-$mode-$count.json" 2>"$out/client-$mode-$count.log"
   kill -INT "$server_pid"; wait "$server_pid" || true
   server_pid=""
@@ -84,9 +87,9 @@ for mode in unary stream; do
   server_inclusive() {  # function pattern
     per "$(inclusive_ir "$s1" "$1")" "$(inclusive_ir "$s2" "$1")"
   }
-  b=1
-  [ "$mode" = stream ] && b=$batch
-  echo "$mode ($connections connections x QD$qd, batch $b; $n2 - $n1 reads): instructions per read"
+  echo "$mode ($(jq -r '.settings | to_entries | map("\(.key)=\(.value)") | join(" ")' \
+    "$out/load-$mode-$((2 * reads)).json"), QD$qd;" \
+    "$n2 - $n1 reads): instructions per read"
   echo "  client process total           $(per "$(total_ir "$c1")" "$(total_ir "$c2")")"
   echo "  server process total           $(per "$(total_ir "$s1")" "$(total_ir "$s2")")"
   echo "    gRPC queue polling/transport $(server_inclusive "CompletionQueue::AsyncNextInternal")"
