@@ -33,7 +33,8 @@ ABSL_FLAG(std::optional<std::string>, check_config, std::nullopt,
           "top) and exit: 0 and one OK line, or 2 and the error. Checks what startup checks "
           "before it opens sources or binds ports (CPUs against this process's affinity mask).");
 ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
-          absl::StrCat("ADDR:PORT to serve on (default ", blockread::server::kDefaultListen,
+          absl::StrCat("ADDR:PORT (or unix:PATH) to serve on (default ",
+                       blockread::server::kDefaultListen,
                        "; port 0 picks a free port, printed at startup)."));
 ABSL_FLAG(std::optional<std::vector<std::string>>, serve_files, std::nullopt,
           "Comma-separated files or directories on mounted ext4/XFS filesystems, imported with "
@@ -147,6 +148,14 @@ ABSL_FLAG(std::optional<bool>, allow_insecure, std::nullopt,
           "Allow plaintext gRPC or /metrics on an address that is not loopback (refused "
           "otherwise: anyone who reaches the port could read every served file); logs a "
           "warning.");
+ABSL_FLAG(std::optional<std::string>, listen_socket_mode, std::nullopt,
+          absl::StrCat("With --listen=unix:PATH: the socket file's permission bits in octal "
+                       "(default ",
+                       blockread::server::kDefaultListenSocketMode,
+                       "), its access control: connecting needs write permission on it."));
+ABSL_FLAG(std::optional<std::string>, listen_socket_group, std::nullopt,
+          "With --listen=unix:PATH: the socket file's group, a name or a number (default: the "
+          "server's own).");
 ABSL_FLAG(std::optional<std::string>, health_listen, std::nullopt,
           "ADDR:PORT of a plaintext endpoint serving only grpc.health.v1, for kubelet and "
           "container health checks; allowed off loopback (default: none).");
@@ -317,6 +326,7 @@ absl::StatusOr<v1::ServerConfig> FinalizeServerConfig(v1::ServerConfig config) {
         absl::StrCat("--health-listen: '", config.health_listen(), "' is not ADDR:PORT"));
   }
   if (absl::Status exposure = CheckExposure(config); !exposure.ok()) return exposure;
+  if (absl::Status socket = ListenSocketAccess(config).status(); !socket.ok()) return socket;
   if (absl::Status devices = CheckNamePairs("--device", "NAME=PATH", config.device());
       !devices.ok()) {
     return devices;
@@ -420,6 +430,8 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfig() {
   if (auto v = absl::GetFlag(FLAGS_tls_refresh_interval_s)) config.set_tls_refresh_interval_s(*v);
   if (auto v = absl::GetFlag(FLAGS_allow_insecure)) config.set_allow_insecure(*v);
   if (auto v = absl::GetFlag(FLAGS_health_listen)) config.set_health_listen(*v);
+  if (auto v = absl::GetFlag(FLAGS_listen_socket_mode)) config.set_listen_socket_mode(*v);
+  if (auto v = absl::GetFlag(FLAGS_listen_socket_group)) config.set_listen_socket_group(*v);
   if (auto v = absl::GetFlag(FLAGS_auth)) config.set_auth(*v);
   if (auto v = absl::GetFlag(FLAGS_user)) config.set_user(*v);
   return FinalizeServerConfig(std::move(config));

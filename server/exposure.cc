@@ -1,9 +1,18 @@
 #include "server/exposure.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -62,6 +71,67 @@ absl::Status CheckExposure(const v1::ServerConfig& config) {
         " is not a loopback address; /metrics is plaintext HTTP and names devices and files: "
         "keep it on loopback (scrape through a sidecar or an SSH tunnel), or give "
         "--allow-insecure"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<SocketFileAccess>> ListenSocketAccess(const v1::ServerConfig& config) {
+  absl::string_view path = config.listen();
+  const bool has_settings =
+      !config.listen_socket_mode().empty() || !config.listen_socket_group().empty();
+  if (absl::StartsWith(path, "unix-abstract:") || !absl::ConsumePrefix(&path, "unix:")) {
+    if (!has_settings) return std::nullopt;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen-socket-mode and --listen-socket-group set a unix:PATH socket file's "
+                     "permissions; --listen=",
+                     config.listen(),
+                     absl::StartsWith(config.listen(), "unix-abstract:")
+                         ? " is an abstract socket, which has no file and no permissions"
+                         : " is not a Unix socket"));
+  }
+  absl::ConsumePrefix(&path, "//");  // unix:///abs/path
+  SocketFileAccess access;
+  access.path = std::string(path);
+  const std::string mode =
+      config.listen_socket_mode().empty() ? kDefaultListenSocketMode : config.listen_socket_mode();
+  const unsigned long bits =  // NOLINT(runtime/int): strtoul's type
+      mode.find_first_not_of("01234567") == std::string::npos
+          ? std::strtoul(mode.c_str(), nullptr, 8)
+          : ~0ul;
+  if (mode.empty() || mode.size() > 4 || bits > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen-socket-mode: '", mode, "' is not permission bits in octal (e.g. 0660)"));
+  }
+  access.mode = static_cast<mode_t>(bits);
+  const std::string& group = config.listen_socket_group();
+  if (!group.empty()) {
+    uint32_t gid = 0;
+    if (absl::SimpleAtoi(group, &gid)) {
+      access.group = static_cast<gid_t>(gid);
+    } else {
+      std::vector<char> buffer(16384);
+      struct group entry;
+      struct group* found = nullptr;
+      if (getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+          found == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--listen-socket-group: no group '", group, "' on this machine"));
+      }
+      access.group = found->gr_gid;
+    }
+  }
+  return access;
+}
+
+absl::Status ApplySocketFileAccess(const SocketFileAccess& access) {
+  if (access.group.has_value() &&
+      chown(access.path.c_str(), static_cast<uid_t>(-1), *access.group) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "cannot give the socket %s to group %u: %s", access.path, *access.group, strerror(errno)));
+  }
+  if (chmod(access.path.c_str(), access.mode) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "cannot set the socket %s's mode to %04o: %s", access.path, access.mode, strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -5,9 +5,13 @@
 #ifndef BLOCKREAD_SERVER_EXPOSURE_H_
 #define BLOCKREAD_SERVER_EXPOSURE_H_
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "blockread/v1/server_config.pb.h"
 
@@ -25,6 +29,24 @@ bool IsLocalOnlyAddress(absl::string_view listen);
 // - health_listen may be anywhere (it serves health only).
 // Errors name the setting and what to do.
 absl::Status CheckExposure(const v1::ServerConfig& config);
+
+// The access control of a unix:PATH listen socket: its file's permission bits and group.
+// Connecting needs write permission on the file; whoever connects then authenticates as over TCP
+// (tokens, or TLS client certificates; without --auth every client may read everything).
+inline constexpr char kDefaultListenSocketMode[] = "0660";
+struct SocketFileAccess {
+  std::string path;
+  mode_t mode = 0;
+  std::optional<gid_t> group;  // unset: the server's own
+};
+
+// From listen, listen_socket_mode and listen_socket_group: nullopt unless `listen` is unix:PATH.
+// Errors name the setting: a mode that is not octal permission bits, a group that does not
+// exist, or either setting with an address that has no socket file (TCP, unix-abstract:).
+absl::StatusOr<std::optional<SocketFileAccess>> ListenSocketAccess(const v1::ServerConfig& config);
+
+// Sets the socket file's mode and group; the error names the file and the cause.
+absl::Status ApplySocketFileAccess(const SocketFileAccess& access);
 
 // One line for the startup log describing the transport ("TLS, client certificates required"),
 // or a warning when allow_insecure exposes a plaintext endpoint off loopback ("" otherwise).

@@ -66,8 +66,13 @@ int main(int raw_argc, char** raw_argv) {
     fprintf(stderr, "blockread-server: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  const std::string host = config->listen().substr(0, config->listen().rfind(':'));
-  printf("blockread-server: listening on %s:%d\n", host.c_str(), (*server)->port());
+  const std::string& listen = config->listen();
+  if (listen.starts_with("unix:") || listen.starts_with("unix-abstract:")) {
+    printf("blockread-server: listening on %s\n", listen.c_str());  // no port
+  } else {
+    const std::string host = listen.substr(0, listen.rfind(':'));
+    printf("blockread-server: listening on %s:%d\n", host.c_str(), (*server)->port());
+  }
   if ((*server)->metrics_port() != 0) {
     const std::string& metrics = config->metrics_listen();
     printf("blockread-server: metrics on http://%s:%d/metrics\n",

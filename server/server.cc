@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +16,11 @@
 #include "server/config.h"
 #include "server/demo_data.h"
 #include "server/exposure.h"
+#include "server/health_calls.h"
 #include "server/health_endpoint.h"
+#include "server/info_calls.h"
 #include "server/privileges.h"
+#include "server/read_calls.h"
 #include "server/transport_security.h"
 #include "server/worker.h"
 #include "storage/clock.h"
@@ -107,6 +111,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   server->shared_ =
       std::make_unique<SharedState>(server->config_, server->catalog_, std::move(access));
   SharedState& shared = *server->shared_;
+  shared.handlers = {&ReadBlockCall::Post, &ReadBlocksCall::Post, &PostInfoCalls, &PostHealthCalls};
   shared.start_ns = storage::MonotonicNowNs();
   if (server->config_.reflection()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto credentials = ListenCredentials(server->config_);
@@ -144,7 +149,15 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
   builder.SetResourceQuota(quota);
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   for (size_t i = 0; i < cpus->size(); ++i) queues.push_back(builder.AddCompletionQueue());
+  // A unix:PATH socket is created owner-only, then given its configured mode and group, so no
+  // other user can connect in between.
+  absl::StatusOr<std::optional<SocketFileAccess>> socket_access =
+      ListenSocketAccess(server->config_);
+  if (!socket_access.ok()) return socket_access.status();
+  const bool unix_socket = socket_access->has_value();
+  const mode_t umask_before = unix_socket ? umask(0177) : 0;
   server->server_ = builder.BuildAndStart();
+  if (unix_socket) umask(umask_before);
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", server->config_.listen(),
@@ -163,6 +176,7 @@ absl::StatusOr<std::unique_ptr<BlockReadServer>> BlockReadServer::Start(
       if (failure.ok() && !ready.ok()) failure = ready;
     }
   }
+  if (failure.ok() && unix_socket) failure = ApplySocketFileAccess(**socket_access);
   if (!failure.ok()) {
     server->Shutdown();
     return failure;

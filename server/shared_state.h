@@ -39,6 +39,10 @@ class BlockReadService final : public GeneratedBlockReadService {
                          grpc::ServerCompletionQueue* notification_queue, void* tag);
 };
 
+// Posts one call of an RPC (or of a group of RPCs) on `worker`'s queue, waiting for a request; each
+// call posts its successor as its request arrives.
+using PostCalls = void (*)(Worker& worker);
+
 // Built by the server before the workers start; read-only afterwards except `health`.
 struct SharedState {
   SharedState(const v1::ServerConfig& config, storage::Catalog& catalog,
@@ -59,6 +63,9 @@ struct SharedState {
   std::atomic<bool> stopping{false};
   // Owned by the server; complete before the first worker starts.
   std::vector<Worker*> workers;
+  // The RPC handlers, as the server hands them to every worker: each worker posts them all once
+  // it is ready. (The worker knows no handler; the handlers know the worker.)
+  std::vector<PostCalls> handlers;
   uint64_t start_ns = 0;
 };
 

@@ -7,9 +7,6 @@
 
 #include "absl/strings/str_format.h"
 #include "server/config.h"
-#include "server/health_calls.h"
-#include "server/info_calls.h"
-#include "server/read_calls.h"
 #include "server/status_mapping.h"
 #include "storage/clock.h"
 #include "storage/log.h"
@@ -104,10 +101,7 @@ absl::Status Worker::Setup() {
       lender_ = std::make_unique<SlotLender>(*engine_, EngineConfigFrom(shared_.config),
                                              counters_.slots_held);
       stats_.store(&engine_->stats(), std::memory_order_release);
-      ReadBlockCall::Post(*this);
-      ReadBlocksCall::Post(*this);
-      PostInfoCalls(*this);
-      PostHealthCalls(*this);
+      for (const PostCalls post : shared_.handlers) post(*this);
     }
   }
   ready_.set_value(status);

@@ -1,6 +1,7 @@
 // The embedded default (no source: the demo device under --data-dir) and a storm of cancelled
 // and expiring reads. The CLI's messages and exit codes are in tests/client/cli_test.cc.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -84,6 +85,59 @@ TEST_F(DemoServerTest, TheDataDirectoryIsPrivate) {
   struct stat st {};
   ASSERT_EQ(stat((dir_.path() + "/data").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+// A unix:PATH socket: created with the configured mode and group (its access control, as the
+// socket file's permissions are), served byte for byte through both RPCs like TCP. Settings that
+// would have no file to act on are refused at startup, naming the reason.
+TEST_F(DemoServerTest, AUnixSocketTakesItsModeAndGroupFromTheConfig) {
+  ASSERT_EQ(server_->Stop(), 0);
+  const std::string socket = dir_.path() + "/blockread.sock";
+  const gid_t group = getgid() == 0 ? 1 : 0;  // some group other than ours (1: daemon)
+  auto unix_server = ServerProcess::Start(
+      {"--data_dir=" + dir_.path() + "/data", "--listen=unix:" + socket,
+       "--listen_socket_mode=0640", "--listen_socket_group=" + std::to_string(group)},
+      dir_.path() + "/unix.log");
+  ASSERT_TRUE(unix_server.ok()) << unix_server.status();
+  server_ = *std::move(unix_server);
+  EXPECT_EQ(server_->target(), "unix:" + socket);
+  struct stat st {};
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_gid, group);
+  auto unix_client = BlockReadClient::Connect(server_->target());
+  auto unary = unix_client->Read("random-4m", 8192, 65536);
+  ASSERT_TRUE(unary.ok()) << unary.status();
+  EXPECT_EQ(unary->data(), Expected("random-4m", 8192, 65536));
+  auto stream = unix_client->OpenStream();
+  v1::ReadBlocksRequest request;
+  v1::ReadItem* item = request.add_reads();
+  item->set_tag(7);
+  item->set_file("large");
+  item->set_offset(1 << 20);
+  item->set_length(4096);
+  ASSERT_TRUE(stream->Send(request));
+  stream->CloseSend();
+  v1::ReadBlocksResponse response;
+  ASSERT_TRUE(stream->Receive(&response));
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).tag(), 7u);
+  EXPECT_EQ(response.results(0).data(), Expected("large", 1 << 20, 4096));
+  while (stream->Receive(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+
+  for (const auto& [listen, why] : std::vector<std::pair<std::string, std::string>>{
+           {"127.0.0.1:0", "is not a Unix socket"},
+           {"unix-abstract:blockread-test", "has no file and no permissions"}}) {
+    const testing::ProcessExit refused =
+        testing::RunToExit({testing::ServerBinary(), "--data_dir=" + dir_.path() + "/data",
+                            "--listen=" + listen, "--listen_socket_mode=0600"},
+                           dir_.path() + "/refused.log", 60);
+    EXPECT_TRUE(WIFEXITED(refused.status) && WEXITSTATUS(refused.status) == 2) << refused.output;
+    EXPECT_NE(refused.output.find(why), std::string::npos) << refused.output;
+  }
 }
 
 // A demo directory someone else could write to must not become a way to serve their choice of

@@ -76,7 +76,13 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     return absl::InternalError(
         absl::StrCat("server did not start: '", line, "'; log:\n", server->Log()));
   }
-  server->port_ = std::stoi(line.substr(colon + 1));
+  const std::string address = line.substr(line.find("listening on ") + 13);
+  if (address.starts_with("unix")) {
+    server->target_ = address;
+  } else {
+    server->port_ = std::stoi(line.substr(colon + 1));
+    server->target_ = "127.0.0.1:" + std::to_string(server->port_);
+  }
   if (metrics_line.find("metrics on http://") != std::string::npos) {
     const size_t port_at = metrics_line.rfind(':') + 1;
     server->metrics_port_ = std::stoi(metrics_line.substr(port_at));

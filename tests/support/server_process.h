@@ -15,7 +15,8 @@ namespace blockread::testing {
 
 class ServerProcess {
  public:
-  // Starts the server binary with `args` plus --listen=127.0.0.1:0 (unless `args` set it) (and
+  // Starts the server binary with `args` plus --listen=127.0.0.1:0 (unless `args` set it: to a
+  // loopback address or a unix: socket) (and
   // --metrics_listen=127.0.0.1:0 unless `args` set it) and waits until it prints its ports and
   // answers health SERVING (at most `timeout_s`), asked over `connection` (its credentials, for a
   // TLS server). stderr goes to `log_path`. `runner`, if given, is a program and its arguments
@@ -26,7 +27,8 @@ class ServerProcess {
       const client::ClientOptions& connection = client::ClientOptions());
   ~ServerProcess();
 
-  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Where clients connect: 127.0.0.1:PORT, or the unix: address the server was given.
+  std::string target() const { return target_; }
   int port() const { return port_; }
   // The --health-listen port; 0 when there is none.
   int health_port() const { return health_port_; }
@@ -45,6 +47,7 @@ class ServerProcess {
  private:
   ServerProcess() = default;
   pid_t pid_ = -1;
+  std::string target_;
   int port_ = 0;
   int metrics_port_ = 0;
   int health_port_ = 0;
