@@ -249,17 +249,11 @@ std::shared_ptr<ClusterClient::Server> ClusterClient::Choose(const std::string& 
   const auto found = replicas_.find(file);
   *known = found != replicas_.end();
   if (!*known) return nullptr;
-  const auto now = Clock::now();
-  std::vector<const std::shared_ptr<Server>*> candidates;
-  for (const auto& server : found->second) {
-    if (tried.count(server.get()) == 0 && server->health.Available(now)) {
-      candidates.push_back(&server);
-    }
-  }
-  if (candidates.empty()) return nullptr;
-  return *candidates[LeastLoadedOfTwo(
-      candidates.size(), [&](size_t i) -> ServerHealth& { return (*candidates[i])->health; },
-      rng_)];
+  const std::shared_ptr<Server>* chosen = ChooseReplica(
+      found->second,
+      [](const std::shared_ptr<Server>& server) -> ServerHealth& { return server->health; },
+      [&](const std::shared_ptr<Server>& server) { return tried.count(server.get()) > 0; }, rng_);
+  return chosen == nullptr ? nullptr : *chosen;
 }
 
 template <typename Result, typename Attempt>

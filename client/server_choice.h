@@ -132,6 +132,26 @@ size_t LeastLoadedOfTwo(size_t count, HealthOf health, Rng& rng) {
              : b;
 }
 
+// The replica a read goes to: among `replicas` (any range), those not `tried(replica)` and not
+// backed off now, by LeastLoadedOfTwo on `health_of(replica)` (a ServerHealth&). Returns a pointer
+// into `replicas`, null when none is available now. Looks at the first kMaxReplicas available.
+inline constexpr size_t kMaxReplicas = 64;
+template <typename Replicas, typename HealthOf, typename Tried, typename Rng>
+const typename Replicas::value_type* ChooseReplica(const Replicas& replicas, HealthOf health_of,
+                                                   Tried tried, Rng& rng) {
+  const auto now = ServerHealth::Clock::now();
+  const typename Replicas::value_type* candidates[kMaxReplicas];
+  size_t count = 0;
+  for (const auto& replica : replicas) {
+    if (count < kMaxReplicas && !tried(replica) && health_of(replica).Available(now)) {
+      candidates[count++] = &replica;
+    }
+  }
+  if (count == 0) return nullptr;
+  return candidates[LeastLoadedOfTwo(
+      count, [&](size_t i) -> ServerHealth& { return health_of(*candidates[i]); }, rng)];
+}
+
 }  // namespace blockread::client
 
 #endif  // BLOCKREAD_CLIENT_SERVER_CHOICE_H_
