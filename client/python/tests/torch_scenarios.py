@@ -11,6 +11,7 @@ always survive (README "Python client"); that is not what these tests are about.
 import collections
 import hashlib
 import os
+import re
 import sys
 
 if __name__ == "__main__" and os.environ.get("BLOCKREAD_TEST_INSTALLED") != "1":
@@ -142,6 +143,9 @@ def main():
         SCENARIOS[scenario](target, read_tree(tree), context)
     except Exception as e:
         codes = [code for loader in LOADERS for code in loader.worker_exit_codes()]
+        # A worker that died while the loader was being set up (its iterator never assigned) is
+        # named only in torch's message.
+        codes += [int(c) for c in re.findall(r"exited unexpectedly with exit code (\d+)", str(e))]
         # A worker that grpcio's fork handler ended: forked.run starts this script again.
         forked.exit_if_grpc_gave_up(*codes)
         e.add_note(f"DataLoader workers' exit codes: {codes}")
