@@ -95,11 +95,9 @@ for mode in unary stream; do
   echo "    gRPC queue polling/transport $(server_inclusive "CompletionQueue::AsyncNextInternal")"
   echo "    engine PollOnce (+callbacks) $(server_inclusive "EngineContext::PollOnce()")"
   echo "    engine StartRead             $(server_inclusive "EngineContext::StartRead(")"
-  if [ "$mode" = unary ]; then
-    echo "    ReadBlockCall::OnReadDone    $(server_inclusive "ReadBlockCall::OnReadDone(")"
-    echo "    ReadBlockCall::OnEvent       $(server_inclusive "ReadBlockCall::OnEvent(")"
-  else
-    echo "    ReadBlocksCall::OnReadDone   $(server_inclusive "ReadBlocksCall::OnReadDone(")"
+  echo "    ReadPipeline::OnReadDone     $(server_inclusive "ReadPipeline::OnReadDone(")"
+  echo "    ReadPipeline::StartItem      $(server_inclusive "ReadPipeline::StartItem(")"
+  if [ "$mode" = stream ]; then
     echo "    ReadBlocksCall::OnEvent      $(server_inclusive "ReadBlocksCall::OnEvent(")"
     echo "    ReadBlocksCall::Flush        $(server_inclusive "ReadBlocksCall::Flush()")"
   fi
