@@ -5,6 +5,8 @@
 // counts show in GetStats (each identity sees its own) and /metrics. The rates are upper bounds
 // that the server must keep, not speed assertions.
 
+#include <grpcpp/completion_queue.h>
+
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -185,13 +187,54 @@ TEST_F(QosTest, AStreamStaysWithinItsBytesPerSecond) {
 }
 
 TEST_F(QosTest, AReadTheLimitWouldStartAfterItsDeadlineIsRefusedAtOnce) {
-  // 64 threads at 200 reads/s build a backlog of ~320 ms per round; a 100 ms deadline cannot wait
-  // for it. (Not fewer threads or a shorter deadline: under ASan beside another suite, a call's
-  // round trip can pass 20 ms, so its deadline passed in the client before the server's refusal
-  // came back, and no refusal was seen.)
+  // 100 calls sent at once, each with a 250 ms deadline: at 200 reads/s the limit would start the
+  // last of them ~500 ms later, so those past ~250 ms are refused as they arrive, long before
+  // their deadline. Sent asynchronously from one thread, so how fast the client runs (ASan,
+  // a busy machine) does not change the backlog the server sees.
+  constexpr int kCalls = 100;
+  struct AsyncRead {
+    grpc::ClientContext context;
+    v1::ReadBlockResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReadBlockResponse>> reader;
+  };
+  ClientOptions options;
+  options.token = "slow-token";
+  auto client = BlockReadClient::Connect(server_->target(), options);
+  ASSERT_TRUE(client->Stat("random-4m").ok());  // connected and authenticated before the burst
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<AsyncRead>> reads;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(250);
+  for (int i = 0; i < kCalls; ++i) {
+    auto read = std::make_unique<AsyncRead>();
+    client::AddToken(options, read->context);
+    read->context.set_deadline(deadline);
+    v1::ReadBlockRequest request;
+    request.set_file("random-4m");
+    request.set_offset(static_cast<uint64_t>(i) * 4096);
+    request.set_length(4096);
+    read->reader = client->stub().AsyncReadBlock(&read->context, request, &queue);
+    read->reader->Finish(&read->response, &read->status, read.get());
+    reads.push_back(std::move(read));
+  }
   std::atomic<uint64_t> ok{0}, refused{0}, other{0};
-  UnaryReads("slow-token", 64, Clock::now() + std::chrono::seconds(1),
-             std::chrono::milliseconds(100), ok, refused, other);
+  for (int i = 0; i < kCalls; ++i) {
+    void* tag;
+    bool done;
+    ASSERT_TRUE(queue.Next(&tag, &done));
+    const grpc::Status& status = static_cast<AsyncRead*>(tag)->status;
+    if (status.ok()) {
+      ++ok;
+    } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      if (++refused == 1) first_refusal_ = status.error_message();
+    } else {
+      ++other;
+    }
+  }
+  queue.Shutdown();
+  std::printf("qos: burst of %d calls: %lu served, %lu refused at once, %lu other\n", kCalls,
+              static_cast<unsigned long>(ok.load()), static_cast<unsigned long>(refused.load()),
+              static_cast<unsigned long>(other.load()));
   EXPECT_GT(refused.load(), 0u);
   EXPECT_NE(first_refusal_.find("identity 'slow' is over its rate limit (max_iops = 200"),
             std::string::npos)
